@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what building and testing ucx-span needs on Debian 12, idempotently:
+# build packages from Debian and UCX 1.22.0 from the PyPI wheel libucx-cu13,
+# unpacked into a project-local prefix (.deps/), never system-wide.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+deps="$top/.deps"
+ucx_wheel_version=${SPAN_UCX_WHEEL_VERSION:-1.22.0}
+
+debian_pkgs=(autoconf automake libtool pkg-config make gcc g++ cmake
+             libgtest-dev libibverbs-dev valgrind python3-pip unzip)
+
+missing=()
+for p in "${debian_pkgs[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+ucx_prefix="$deps/ucx"
+stamp="$ucx_prefix/.wheel-$ucx_wheel_version"
+if [ ! -f "$stamp" ]; then
+    echo "setup: fetching libucx-cu13==$ucx_wheel_version into $ucx_prefix"
+    rm -rf "$deps/wheel" "$ucx_prefix"
+    mkdir -p "$deps/wheel"
+    python3 -m pip download -q --no-deps --only-binary=:all: \
+        -d "$deps/wheel" "libucx-cu13==$ucx_wheel_version"
+    mkdir -p "$deps/wheel/x"
+    unzip -q -o "$deps"/wheel/libucx_cu13-*.whl -d "$deps/wheel/x"
+    # The wheel keeps UCX under libucx/ and its bundled libraries beside it;
+    # the layout is kept so the libraries' $ORIGIN-relative paths still work.
+    mv "$deps/wheel/x" "$ucx_prefix"
+    # its libtool archives name the wheel's build directory: libtool would
+    # follow them there, so linking goes by -L and the .so files alone
+    find "$ucx_prefix" -name '*.la' -delete
+    ln -sfn libucx/include "$ucx_prefix/include"
+    ln -sfn libucx/lib "$ucx_prefix/lib"
+    ln -sfn libucx/bin "$ucx_prefix/bin"
+    touch "$stamp"
+fi
+echo "setup: UCX $ucx_wheel_version in $ucx_prefix"

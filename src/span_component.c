@@ -1,0 +1,437 @@
+/*
+ * The span component: discovers the transports of the other components,
+ * offers a twin of each MD that has a transport with a twin, and unpacks span
+ * rkeys.
+ */
+#include "span_component.h"
+#include "span_iface.h"
+#include "span_md.h"
+#include "span_rkey.h"
+
+#include <ucs/sys/string.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The UCX major.minor whose internal layouts this build declares; a test
+ * build overrides it to check the refusal of a foreign UCX. */
+#ifndef SPAN_BUILT_UCX_MAJOR
+#  define SPAN_BUILT_UCX_MAJOR SPAN_UCX_MAJOR
+#  define SPAN_BUILT_UCX_MINOR SPAN_UCX_MINOR
+#endif
+
+typedef struct span_global_config {
+    ucs_config_allow_list_t transports;
+} span_global_config_t;
+
+static ucs_config_field_t span_global_config_table[] = {
+    {"TRANSPORTS", "all",
+     "Transports that get a twin named <transport>+, selected with UCX_TLS.\n"
+     "'all', a comma-separated list of inner transport names (e.g. cma,self),\n"
+     "or '^' followed by a list of those that get none. A transport whose\n"
+     "name has 9 characters never gets one (UCX caps names at 9).",
+     ucs_offsetof(span_global_config_t, transports),
+     UCS_CONFIG_TYPE_ALLOW_LIST},
+
+    {NULL}
+};
+
+static ucs_config_global_list_entry_t span_global_config_entry = {
+    .name   = "Span transports",
+    .prefix = "SPAN_",
+    .table  = span_global_config_table,
+    .size   = sizeof(span_global_config_t),
+};
+
+static ucs_config_field_t span_md_config_table[] = {
+    {"", "", NULL, ucs_offsetof(span_md_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {NULL}
+};
+
+static pthread_once_t span_twins_once = PTHREAD_ONCE_INIT;
+
+static int span_transport_allowed(const ucs_config_allow_list_t *allow,
+                                  const char *name)
+{
+    int found;
+
+    if (allow->mode == UCS_CONFIG_ALLOW_LIST_ALLOW_ALL) {
+        return 1;
+    }
+
+    found = ucs_config_names_search(&allow->array, name) >= 0;
+    return (allow->mode == UCS_CONFIG_ALLOW_LIST_ALLOW) == found;
+}
+
+/* Runs once, after UCX loaded every module: the inner components are known */
+static void span_twins_init(void)
+{
+    span_global_config_t config;
+    uct_component_t *component;
+    uct_tl_t *tl;
+
+    if (ucs_config_parser_fill_opts(&config, &span_global_config_entry,
+                                    UCS_DEFAULT_ENV_PREFIX, 0) != UCS_OK) {
+        ucs_error("span: cannot read UCX_SPAN_TRANSPORTS; no twins are offered");
+        return;
+    }
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if (component == &span_component) {
+            continue;
+        }
+
+        ucs_list_for_each(tl, &component->tl_list, list) {
+            if (span_transport_allowed(&config.transports, tl->name)) {
+                (void)span_tl_add(component, tl);
+            }
+        }
+    }
+
+    ucs_config_parser_release_opts(&config, span_global_config_table);
+}
+
+static int span_component_has_twins(const uct_component_t *inner)
+{
+    const uct_tl_t *tl;
+
+    ucs_list_for_each(tl, &span_component.tl_list, list) {
+        if (span_tl_inner_component(tl) == inner) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static ucs_status_t span_md_resources_append(uct_component_t *inner,
+                                             uct_md_resource_desc_t **res_p,
+                                             unsigned *count_p)
+{
+    uct_md_resource_desc_t *inner_res, *res;
+    unsigned i, inner_count;
+    ucs_status_t status;
+
+    status = inner->query_md_resources(inner, &inner_res, &inner_count);
+    if (status != UCS_OK) {
+        ucs_debug("span: component %s has no MD resources: %s", inner->name,
+                  ucs_status_string(status));
+        return UCS_OK;
+    }
+
+    res = ucs_realloc(*res_p, sizeof(*res) * (*count_p + inner_count),
+                      "span_md_resources");
+    if (res == NULL) {
+        status = UCS_ERR_NO_MEMORY;
+        goto out;
+    }
+
+    *res_p = res;
+    for (i = 0; i < inner_count; ++i) {
+        if (strlen(inner_res[i].md_name) + strlen(SPAN_TWIN_SUFFIX) >=
+            UCT_MD_NAME_MAX) {
+            ucs_debug("span: MD '%s' gets no twin: its name is too long",
+                      inner_res[i].md_name);
+            continue;
+        }
+
+        ucs_snprintf_zero(res[*count_p].md_name, UCT_MD_NAME_MAX, "%s%s",
+                          inner_res[i].md_name, SPAN_TWIN_SUFFIX);
+        ++(*count_p);
+    }
+
+out:
+    ucs_free(inner_res);
+    return status;
+}
+
+static ucs_status_t
+span_query_md_resources(uct_component_t *component,
+                        uct_md_resource_desc_t **resources_p,
+                        unsigned *num_resources_p)
+{
+    uct_md_resource_desc_t *resources = NULL;
+    unsigned count                    = 0;
+    uct_component_t *inner;
+    ucs_status_t status;
+
+    pthread_once(&span_twins_once, span_twins_init);
+
+    ucs_list_for_each(inner, &uct_components_list, list) {
+        if ((inner == &span_component) || !span_component_has_twins(inner)) {
+            continue;
+        }
+
+        status = span_md_resources_append(inner, &resources, &count);
+        if (status != UCS_OK) {
+            ucs_free(resources);
+            return status;
+        }
+    }
+
+    *resources_p     = resources;
+    *num_resources_p = count;
+    return UCS_OK;
+}
+
+static ucs_status_t span_component_md_open(uct_component_t *component,
+                                           const char *md_name,
+                                           const uct_md_config_t *config,
+                                           uct_md_h *md_p)
+{
+    pthread_once(&span_twins_once, span_twins_init);
+    return span_md_open(component, md_name, config, md_p);
+}
+
+uct_component_t *span_component_find_inner(uint32_t component_id)
+{
+    uct_component_t *component;
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if ((component != &span_component) &&
+            (span_rkey_component_id(component->name) == component_id)) {
+            return component;
+        }
+    }
+    return NULL;
+}
+
+static ucs_status_t span_rkey_unpack(uct_component_t *component,
+                                     const void *buffer,
+                                     const uct_rkey_unpack_params_t *params,
+                                     uct_rkey_t *rkey_p, void **handle_p)
+{
+    span_rkey_desc_t desc;
+    span_rkey_t *rkey;
+    ucs_status_t status;
+
+    /* UCP does not pass the buffer's length; the format bounds it */
+    status = span_rkey_parse(buffer, SPAN_RKEY_MAX_SIZE, &desc);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    rkey = calloc(1, sizeof(*rkey));
+    if (rkey == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    rkey->base            = desc.base;
+    rkey->length          = desc.length;
+    rkey->inner           = UCT_INVALID_RKEY;
+    rkey->inner_component = span_component_find_inner(desc.component_id);
+    if (rkey->inner_component == NULL) {
+        ucs_error("span rkey %p: inner component id 0x%x is not loaded in "
+                  "this process (does the peer use a transport this one "
+                  "lacks?)", buffer, desc.component_id);
+        status = UCS_ERR_UNREACHABLE;
+        goto err_free;
+    }
+
+    if (desc.inner_size > 0) {
+        status = rkey->inner_component->rkey_unpack(rkey->inner_component,
+                                                    desc.inner, params,
+                                                    &rkey->inner,
+                                                    &rkey->inner_handle);
+        if (status != UCS_OK) {
+            ucs_error("span rkey %p: %s failed to unpack its %zu-byte inner "
+                      "key: %s", buffer, rkey->inner_component->name,
+                      desc.inner_size, ucs_status_string(status));
+            goto err_free;
+        }
+    }
+
+    *rkey_p   = (uintptr_t)rkey;
+    *handle_p = NULL;
+    return UCS_OK;
+
+err_free:
+    free(rkey);
+    return status;
+}
+
+static ucs_status_t span_rkey_release(uct_component_t *component,
+                                      uct_rkey_t rkey, void *handle)
+{
+    span_rkey_t *srkey  = (span_rkey_t*)rkey;
+    ucs_status_t status = UCS_OK;
+
+    if (srkey->inner != UCT_INVALID_RKEY) {
+        status = srkey->inner_component->rkey_release(srkey->inner_component,
+                                                      srkey->inner,
+                                                      srkey->inner_handle);
+    }
+
+    free(srkey);
+    return status;
+}
+
+static ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
+                                  void *handle, uint64_t remote_addr,
+                                  void **local_addr_p)
+{
+    span_rkey_t *srkey = (span_rkey_t*)rkey;
+
+    if (!span_rkey_check(srkey, remote_addr, 0)) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+
+    return srkey->inner_component->rkey_ptr(srkey->inner_component,
+                                            srkey->inner, srkey->inner_handle,
+                                            remote_addr, local_addr_p);
+}
+
+static int span_rkey_cmp_u64(uint64_t a, uint64_t b)
+{
+    return (a > b) - (a < b);
+}
+
+static ucs_status_t span_rkey_compare(uct_component_t *component,
+                                      uct_rkey_t rkey1, uct_rkey_t rkey2,
+                                      const uct_rkey_compare_params_t *params,
+                                      int *result)
+{
+    const span_rkey_t *a = (const span_rkey_t*)rkey1;
+    const span_rkey_t *b = (const span_rkey_t*)rkey2;
+
+    if ((params->field_mask != 0) || (result == NULL)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    *result = span_rkey_cmp_u64((uintptr_t)a->inner_component,
+                                (uintptr_t)b->inner_component);
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->base, b->base);
+    }
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->length, b->length);
+    }
+    if ((*result == 0) && (a->inner != UCT_INVALID_RKEY)) {
+        return a->inner_component->rkey_compare(a->inner_component, a->inner,
+                                                b->inner, params, result);
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t span_cm_open(uct_component_t *component,
+                                 uct_worker_h worker,
+                                 const uct_cm_config_t *config, uct_cm_h *cm_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static void span_md_vfs_init(uct_md_h md)
+{
+}
+
+uct_component_t span_component = {
+    .name               = "span",
+    .query_md_resources = span_query_md_resources,
+    .md_open            = span_component_md_open,
+    .cm_open            = span_cm_open,
+    .rkey_unpack        = span_rkey_unpack,
+    .rkey_ptr           = span_rkey_ptr,
+    .rkey_release       = span_rkey_release,
+    .rkey_compare       = span_rkey_compare,
+    .md_config          = {
+        .name   = "Span memory domain",
+        .prefix = "SPAN_",
+        .table  = span_md_config_table,
+        .size   = sizeof(span_md_config_t),
+    },
+    .cm_config          = {
+        .name   = "",
+        .prefix = "",
+        .table  = NULL,
+        .size   = 0,
+    },
+    .tl_list            = UCS_LIST_INITIALIZER(&span_component.tl_list,
+                                               &span_component.tl_list),
+    .flags              = 0,
+    .md_vfs_init        = span_md_vfs_init
+};
+
+static int span_component_registered;
+
+typedef void (*span_get_version_func_t)(unsigned*, unsigned*, unsigned*);
+
+/*
+ * libuct and libucs export no version; libucp of the same installation does.
+ * It is found loaded already (UCP users), or beside the libuct in use.
+ */
+static ucs_status_t span_ucx_version(unsigned *major, unsigned *minor,
+                                     unsigned *release)
+{
+    char path[PATH_MAX], libucp[PATH_MAX];
+    span_get_version_func_t get_version;
+    Dl_info info;
+    void *dl;
+
+    dl = dlopen("libucp.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    if ((dl == NULL) && dladdr((void*)uct_md_open, &info) &&
+        (info.dli_fname != NULL)) {
+        ucs_strncpy_zero(path, info.dli_fname, sizeof(path));
+        snprintf(libucp, sizeof(libucp), "%s/libucp.so.0", dirname(path));
+        dl = dlopen(libucp, RTLD_LAZY | RTLD_LOCAL);
+    }
+
+    if (dl == NULL) {
+        ucs_warn("span: cannot find libucp to learn the UCX version: %s",
+                 dlerror());
+        return UCS_ERR_NO_ELEM;
+    }
+
+    get_version = (span_get_version_func_t)dlsym(dl, "ucp_get_version");
+    if (get_version != NULL) {
+        get_version(major, minor, release);
+    }
+    dlclose(dl);
+    return (get_version != NULL) ? UCS_OK : UCS_ERR_NO_ELEM;
+}
+
+/*
+ * The structures declared in ucx/span_ucx.h change between UCX minor
+ * releases: in any other major.minor the component stays unregistered rather
+ * than read them wrong. UCX calls this, by name, after loading the module.
+ */
+ucs_status_t __attribute__((visibility("protected")))
+ucs_module_global_init(void)
+{
+    unsigned major, minor, release;
+
+    if (span_ucx_version(&major, &minor, &release) != UCS_OK) {
+        ucs_warn("span: the UCX version is unknown; libuct_span.so (built "
+                 "for UCX %d.%d) does not register", SPAN_BUILT_UCX_MAJOR,
+                 SPAN_BUILT_UCX_MINOR);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if ((major != SPAN_BUILT_UCX_MAJOR) || (minor != SPAN_BUILT_UCX_MINOR)) {
+        ucs_warn("span: libuct_span.so was built for UCX %d.%d but is loaded "
+                 "into UCX %u.%u.%u; it does not register (rebuild ucx-span "
+                 "with --with-ucx pointing at this UCX)", SPAN_BUILT_UCX_MAJOR,
+                 SPAN_BUILT_UCX_MINOR, major, minor, release);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    uct_component_register(&span_component);
+    ucs_list_add_tail(&ucs_config_global_list, &span_global_config_entry.list);
+    span_component_registered = 1;
+    return UCS_OK;
+}
+
+static void UCS_F_DTOR span_component_cleanup(void)
+{
+    if (!span_component_registered) {
+        return;
+    }
+
+    span_tl_remove_all();
+    ucs_list_del(&span_global_config_entry.list);
+    uct_component_unregister(&span_component);
+    ucs_list_del(&span_component.list);
+}

@@ -1,0 +1,616 @@
+/*
+ * Twin transports.
+ *
+ * A twin iface is the inner iface object itself: uct_iface_open() finds the
+ * twin uct_tl_t, whose iface_open calls the inner transport's iface_open and
+ * then replaces, in the iface's own ops table, the entries that take an rkey
+ * or a local memh. Everything else (AM, progress, flush, wireup) stays the
+ * inner transport's, at no cost. A replaced op translates span rkeys and memhs
+ * to inner ones, checks the remote range, and calls the original op, found
+ * through a lock-free table keyed by the iface pointer.
+ */
+#include "span_iface.h"
+#include "span_md.h"
+
+#include <ucs/sys/string.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Local iovs are translated on the stack; the twin advertises no more */
+#define SPAN_IOV_MAX            64
+/* Twin ifaces open at once in a process; a power of 2 */
+#define SPAN_IFACE_TABLE_SIZE   1024
+#define SPAN_IFACE_TOMBSTONE    ((uct_iface_h)(uintptr_t)1)
+
+typedef struct span_tl {
+    uct_tl_t         super;
+    uct_tl_t        *inner;
+    uct_component_t *inner_component;
+} span_tl_t;
+
+typedef struct span_iface {
+    uct_iface_ops_t ops; /* the inner transport's, as opened */
+} span_iface_t;
+
+/*
+ * Open addressing with linear probing. A slot's key goes from NULL to an
+ * iface, to a tombstone when it closes, and a tombstone may take a new iface;
+ * a slot never becomes NULL again, so a lookup that races with an open or a
+ * close of another iface still finds its own. Writers hold the lock.
+ */
+typedef struct span_iface_slot {
+    uct_iface_h   key;
+    span_iface_t *iface;
+} span_iface_slot_t;
+
+static span_iface_slot_t span_iface_table[SPAN_IFACE_TABLE_SIZE];
+static unsigned          span_iface_count;
+static pthread_mutex_t   span_iface_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static UCS_F_ALWAYS_INLINE unsigned span_iface_hash(uct_iface_h iface)
+{
+    uint64_t h = (uintptr_t)iface * 0x9e3779b97f4a7c15ull;
+
+    return (h >> 32) & (SPAN_IFACE_TABLE_SIZE - 1);
+}
+
+static UCS_F_ALWAYS_INLINE span_iface_t *span_iface_get(uct_iface_h iface)
+{
+    unsigned i = span_iface_hash(iface);
+
+    while (__atomic_load_n(&span_iface_table[i].key, __ATOMIC_ACQUIRE) !=
+           iface) {
+        i = (i + 1) & (SPAN_IFACE_TABLE_SIZE - 1);
+    }
+    return span_iface_table[i].iface;
+}
+
+static ucs_status_t span_iface_insert(uct_iface_h key, span_iface_t *iface)
+{
+    span_iface_slot_t *slot = NULL;
+    ucs_status_t status     = UCS_OK;
+    unsigned i;
+
+    pthread_mutex_lock(&span_iface_lock);
+    if (span_iface_count == SPAN_IFACE_TABLE_SIZE - 1) {
+        ucs_error("span: %u twin ifaces are open, no more can be",
+                  span_iface_count);
+        status = UCS_ERR_EXCEEDS_LIMIT;
+        goto out;
+    }
+
+    for (i = span_iface_hash(key); ;
+         i = (i + 1) & (SPAN_IFACE_TABLE_SIZE - 1)) {
+        if ((slot == NULL) && (span_iface_table[i].key == SPAN_IFACE_TOMBSTONE)) {
+            slot = &span_iface_table[i];
+        } else if (span_iface_table[i].key == NULL) {
+            if (slot == NULL) {
+                slot = &span_iface_table[i];
+            }
+            break;
+        }
+    }
+
+    slot->iface = iface;
+    __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
+    ++span_iface_count;
+out:
+    pthread_mutex_unlock(&span_iface_lock);
+    return status;
+}
+
+static span_iface_t *span_iface_remove(uct_iface_h key)
+{
+    span_iface_t *iface;
+    unsigned i;
+
+    pthread_mutex_lock(&span_iface_lock);
+    for (i = span_iface_hash(key); span_iface_table[i].key != key;
+         i = (i + 1) & (SPAN_IFACE_TABLE_SIZE - 1)) {
+    }
+    iface = span_iface_table[i].iface;
+    __atomic_store_n(&span_iface_table[i].key, SPAN_IFACE_TOMBSTONE,
+                     __ATOMIC_RELEASE);
+    --span_iface_count;
+    pthread_mutex_unlock(&span_iface_lock);
+    return iface;
+}
+
+static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
+{
+    return (const span_rkey_t*)rkey;
+}
+
+/* Copies iov with inner memhs; returns the bytes it covers, or SIZE_MAX */
+static UCS_F_ALWAYS_INLINE size_t
+span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
+{
+    size_t i, total = 0;
+
+    if (ucs_unlikely(iovcnt > SPAN_IOV_MAX)) {
+        ucs_error("span: %zu iov entries, at most %d are supported", iovcnt,
+                  SPAN_IOV_MAX);
+        return SIZE_MAX;
+    }
+
+    for (i = 0; i < iovcnt; ++i) {
+        dst[i]      = src[i];
+        dst[i].memh = span_memh_inner(src[i].memh);
+        total      += src[i].length * src[i].count;
+    }
+    return total;
+}
+
+static ucs_status_t span_ep_put_short(uct_ep_h ep, const void *buffer,
+                                      unsigned length, uint64_t remote_addr,
+                                      uct_rkey_t rkey)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_put_short(
+            ep, buffer, length, remote_addr, span_rkey(rkey)->inner);
+}
+
+typedef struct span_put_bcopy_ctx {
+    uct_pack_callback_t pack_cb;
+    void               *arg;
+    const span_rkey_t  *rkey;
+    uint64_t            remote_addr;
+    int                 out_of_bounds;
+} span_put_bcopy_ctx_t;
+
+/*
+ * The length of a bcopy put is known only once it is packed. A transport
+ * that packs into a bounce buffer then sends nothing past the extent; one
+ * that packs in place (self) has written it already, so the start address
+ * is checked before, too.
+ */
+static size_t span_put_bcopy_pack(void *dest, void *arg)
+{
+    span_put_bcopy_ctx_t *ctx = arg;
+    size_t length             = ctx->pack_cb(dest, ctx->arg);
+
+    if (ucs_unlikely(!span_rkey_check(ctx->rkey, ctx->remote_addr, length))) {
+        ctx->out_of_bounds = 1;
+        return 0;
+    }
+    return length;
+}
+
+static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
+                                 void *arg, uint64_t remote_addr,
+                                 uct_rkey_t rkey)
+{
+    span_put_bcopy_ctx_t ctx = {pack_cb, arg, span_rkey(rkey), remote_addr, 0};
+    ssize_t ret;
+
+    if (ucs_unlikely(!span_rkey_check(ctx.rkey, remote_addr, 1))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+
+    ret = span_iface_get(ep->iface)->ops.ep_put_bcopy(
+            ep, span_put_bcopy_pack, &ctx, remote_addr, ctx.rkey->inner);
+    return ucs_unlikely(ctx.out_of_bounds) ? UCS_ERR_INVALID_ADDR : ret;
+}
+
+static ucs_status_t span_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
+                                      size_t iovcnt, uint64_t remote_addr,
+                                      uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+    size_t length = span_iov_translate(inner_iov, iov, iovcnt);
+
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_put_zcopy(
+            ep, inner_iov, iovcnt, remote_addr, span_rkey(rkey)->inner, comp);
+}
+
+static ucs_status_t span_ep_get_short(uct_ep_h ep, void *buffer,
+                                      unsigned length, uint64_t remote_addr,
+                                      uct_rkey_t rkey)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_get_short(
+            ep, buffer, length, remote_addr, span_rkey(rkey)->inner);
+}
+
+static ucs_status_t span_ep_get_bcopy(uct_ep_h ep,
+                                      uct_unpack_callback_t unpack_cb,
+                                      void *arg, size_t length,
+                                      uint64_t remote_addr, uct_rkey_t rkey,
+                                      uct_completion_t *comp)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_get_bcopy(
+            ep, unpack_cb, arg, length, remote_addr, span_rkey(rkey)->inner,
+            comp);
+}
+
+static ucs_status_t span_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
+                                      size_t iovcnt, uint64_t remote_addr,
+                                      uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+    size_t length = span_iov_translate(inner_iov, iov, iovcnt);
+
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_get_zcopy(
+            ep, inner_iov, iovcnt, remote_addr, span_rkey(rkey)->inner, comp);
+}
+
+static ucs_status_t span_ep_am_zcopy(uct_ep_h ep, uint8_t id,
+                                     const void *header, unsigned header_length,
+                                     const uct_iov_t *iov, size_t iovcnt,
+                                     unsigned flags, uct_completion_t *comp)
+{
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+
+    if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return span_iface_get(ep->iface)->ops.ep_am_zcopy(
+            ep, id, header, header_length, inner_iov, iovcnt, flags, comp);
+}
+
+static ucs_status_t span_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
+                                           uint64_t swap, uint64_t remote_addr,
+                                           uct_rkey_t rkey, uint64_t *result,
+                                           uct_completion_t *comp)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      sizeof(uint64_t)))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_atomic_cswap64(
+            ep, compare, swap, remote_addr, span_rkey(rkey)->inner, result,
+            comp);
+}
+
+static ucs_status_t span_ep_atomic_cswap32(uct_ep_h ep, uint32_t compare,
+                                           uint32_t swap, uint64_t remote_addr,
+                                           uct_rkey_t rkey, uint32_t *result,
+                                           uct_completion_t *comp)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      sizeof(uint32_t)))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_atomic_cswap32(
+            ep, compare, swap, remote_addr, span_rkey(rkey)->inner, result,
+            comp);
+}
+
+static ucs_status_t span_ep_atomic32_post(uct_ep_h ep, unsigned opcode,
+                                          uint32_t value, uint64_t remote_addr,
+                                          uct_rkey_t rkey)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      sizeof(uint32_t)))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_atomic32_post(
+            ep, opcode, value, remote_addr, span_rkey(rkey)->inner);
+}
+
+static ucs_status_t span_ep_atomic64_post(uct_ep_h ep, unsigned opcode,
+                                          uint64_t value, uint64_t remote_addr,
+                                          uct_rkey_t rkey)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      sizeof(uint64_t)))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_atomic64_post(
+            ep, opcode, value, remote_addr, span_rkey(rkey)->inner);
+}
+
+static ucs_status_t span_ep_atomic32_fetch(uct_ep_h ep, unsigned opcode,
+                                           uint32_t value, uint32_t *result,
+                                           uint64_t remote_addr,
+                                           uct_rkey_t rkey,
+                                           uct_completion_t *comp)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      sizeof(uint32_t)))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_atomic32_fetch(
+            ep, opcode, value, result, remote_addr, span_rkey(rkey)->inner,
+            comp);
+}
+
+static ucs_status_t span_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
+                                           uint64_t value, uint64_t *result,
+                                           uint64_t remote_addr,
+                                           uct_rkey_t rkey,
+                                           uct_completion_t *comp)
+{
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      sizeof(uint64_t)))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    return span_iface_get(ep->iface)->ops.ep_atomic64_fetch(
+            ep, opcode, value, result, remote_addr, span_rkey(rkey)->inner,
+            comp);
+}
+
+static ucs_status_t span_ep_tag_eager_zcopy(uct_ep_h ep, uct_tag_t tag,
+                                            uint64_t imm, const uct_iov_t *iov,
+                                            size_t iovcnt, unsigned flags,
+                                            uct_completion_t *comp)
+{
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+
+    if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return span_iface_get(ep->iface)->ops.ep_tag_eager_zcopy(
+            ep, tag, imm, inner_iov, iovcnt, flags, comp);
+}
+
+static ucs_status_ptr_t
+span_ep_tag_rndv_zcopy(uct_ep_h ep, uct_tag_t tag, const void *header,
+                       unsigned header_length, const uct_iov_t *iov,
+                       size_t iovcnt, unsigned flags, uct_completion_t *comp)
+{
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+
+    if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
+        return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+    }
+    return span_iface_get(ep->iface)->ops.ep_tag_rndv_zcopy(
+            ep, tag, header, header_length, inner_iov, iovcnt, flags, comp);
+}
+
+static ucs_status_t
+span_iface_tag_recv_zcopy(uct_iface_h iface, uct_tag_t tag, uct_tag_t tag_mask,
+                          const uct_iov_t *iov, size_t iovcnt,
+                          uct_tag_context_t *ctx)
+{
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+
+    if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return span_iface_get(iface)->ops.iface_tag_recv_zcopy(
+            iface, tag, tag_mask, inner_iov, iovcnt, ctx);
+}
+
+static ucs_status_t span_iface_query(uct_iface_h iface, uct_iface_attr_t *attr)
+{
+    ucs_status_t status = span_iface_get(iface)->ops.iface_query(iface, attr);
+
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    attr->cap.put.max_iov         = ucs_min(attr->cap.put.max_iov, SPAN_IOV_MAX);
+    attr->cap.get.max_iov         = ucs_min(attr->cap.get.max_iov, SPAN_IOV_MAX);
+    attr->cap.am.max_iov          = ucs_min(attr->cap.am.max_iov, SPAN_IOV_MAX);
+    attr->cap.tag.eager.max_iov   = ucs_min(attr->cap.tag.eager.max_iov,
+                                            SPAN_IOV_MAX);
+    attr->cap.tag.recv.max_iov    = ucs_min(attr->cap.tag.recv.max_iov,
+                                            SPAN_IOV_MAX);
+    attr->cap.tag.rndv.max_iov    = ucs_min(attr->cap.tag.rndv.max_iov,
+                                            SPAN_IOV_MAX);
+    return UCS_OK;
+}
+
+static void span_iface_close(uct_iface_h iface)
+{
+    span_iface_t *siface = span_iface_remove(iface);
+    uct_iface_close_func_t inner_close = siface->ops.iface_close;
+
+    free(siface);
+    inner_close(iface);
+}
+
+static void span_iface_patch(uct_iface_ops_t *ops)
+{
+    ops->ep_put_short         = span_ep_put_short;
+    ops->ep_put_bcopy         = span_ep_put_bcopy;
+    ops->ep_put_zcopy         = span_ep_put_zcopy;
+    ops->ep_get_short         = span_ep_get_short;
+    ops->ep_get_bcopy         = span_ep_get_bcopy;
+    ops->ep_get_zcopy         = span_ep_get_zcopy;
+    ops->ep_am_zcopy          = span_ep_am_zcopy;
+    ops->ep_atomic_cswap64    = span_ep_atomic_cswap64;
+    ops->ep_atomic_cswap32    = span_ep_atomic_cswap32;
+    ops->ep_atomic32_post     = span_ep_atomic32_post;
+    ops->ep_atomic64_post     = span_ep_atomic64_post;
+    ops->ep_atomic32_fetch    = span_ep_atomic32_fetch;
+    ops->ep_atomic64_fetch    = span_ep_atomic64_fetch;
+    ops->ep_tag_eager_zcopy   = span_ep_tag_eager_zcopy;
+    ops->ep_tag_rndv_zcopy    = span_ep_tag_rndv_zcopy;
+    ops->iface_tag_recv_zcopy = span_iface_tag_recv_zcopy;
+    ops->iface_query          = span_iface_query;
+    ops->iface_close          = span_iface_close;
+}
+
+/*
+ * uct_md_query_tl_resources() calls each transport's query_devices with the
+ * MD alone, and asks every twin of the span component: a twin learns which
+ * one it is from its own function, one per slot of span_tls[].
+ */
+#define SPAN_TL_MAX 32
+
+static span_tl_t *span_tls[SPAN_TL_MAX];
+static unsigned   span_tl_count;
+
+static ucs_status_t span_tl_query_devices(unsigned index, uct_md_h md,
+                                          uct_tl_device_resource_t **devices_p,
+                                          unsigned *num_devices_p)
+{
+    span_md_t *smd = (span_md_t*)md;
+    span_tl_t *tl  = span_tls[index];
+
+    if (tl->inner_component != smd->inner_component) {
+        *devices_p     = NULL;
+        *num_devices_p = 0;
+        return UCS_OK;
+    }
+
+    return tl->inner->query_devices(smd->inner, devices_p, num_devices_p);
+}
+
+#define SPAN_TL_QUERY_DEVICES(_row, _col) \
+    static ucs_status_t span_tl_query_devices_##_row##_##_col( \
+            uct_md_h md, uct_tl_device_resource_t **devices_p, \
+            unsigned *num_devices_p) \
+    { \
+        return span_tl_query_devices((_row) * 8 + (_col), md, devices_p, \
+                                     num_devices_p); \
+    }
+
+#define SPAN_TL_QUERY_DEVICES_ROW(_row) \
+    SPAN_TL_QUERY_DEVICES(_row, 0) SPAN_TL_QUERY_DEVICES(_row, 1) \
+    SPAN_TL_QUERY_DEVICES(_row, 2) SPAN_TL_QUERY_DEVICES(_row, 3) \
+    SPAN_TL_QUERY_DEVICES(_row, 4) SPAN_TL_QUERY_DEVICES(_row, 5) \
+    SPAN_TL_QUERY_DEVICES(_row, 6) SPAN_TL_QUERY_DEVICES(_row, 7)
+
+SPAN_TL_QUERY_DEVICES_ROW(0)
+SPAN_TL_QUERY_DEVICES_ROW(1)
+SPAN_TL_QUERY_DEVICES_ROW(2)
+SPAN_TL_QUERY_DEVICES_ROW(3)
+
+#define SPAN_TL_QUERY_DEVICES_REF_ROW(_row) \
+    span_tl_query_devices_##_row##_0, span_tl_query_devices_##_row##_1, \
+    span_tl_query_devices_##_row##_2, span_tl_query_devices_##_row##_3, \
+    span_tl_query_devices_##_row##_4, span_tl_query_devices_##_row##_5, \
+    span_tl_query_devices_##_row##_6, span_tl_query_devices_##_row##_7
+
+static ucs_status_t (*const span_tl_query_devices_fns[SPAN_TL_MAX])(
+        uct_md_h, uct_tl_device_resource_t**, unsigned*) = {
+    SPAN_TL_QUERY_DEVICES_REF_ROW(0), SPAN_TL_QUERY_DEVICES_REF_ROW(1),
+    SPAN_TL_QUERY_DEVICES_REF_ROW(2), SPAN_TL_QUERY_DEVICES_REF_ROW(3)
+};
+
+static span_tl_t *span_tl_find(const char *name)
+{
+    unsigned i;
+
+    for (i = 0; i < span_tl_count; ++i) {
+        if (!strcmp(span_tls[i]->super.name, name)) {
+            return span_tls[i];
+        }
+    }
+    return NULL;
+}
+
+static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
+                                       const uct_iface_params_t *params,
+                                       const uct_iface_config_t *config,
+                                       uct_iface_h *iface_p)
+{
+    span_md_t *smd = (span_md_t*)md;
+    uct_iface_params_t inner_params;
+    span_iface_t *siface;
+    uct_iface_h iface;
+    ucs_status_t status;
+    span_tl_t *tl;
+
+    if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
+        ucs_error("span: twin transports open in device mode only, not 0x%"
+                  PRIx64, params->open_mode);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    tl = span_tl_find(params->mode.device.tl_name);
+    if ((tl == NULL) || (tl->inner_component != smd->inner_component)) {
+        ucs_error("span: md %p has no twin transport '%s'", md,
+                  params->mode.device.tl_name);
+        return UCS_ERR_NO_DEVICE;
+    }
+
+    siface = malloc(sizeof(*siface));
+    if (siface == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    inner_params                     = *params;
+    inner_params.mode.device.tl_name = tl->inner->name;
+    status = tl->inner->iface_open(smd->inner, worker, &inner_params, config,
+                                   &iface);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+
+    siface->ops = iface->ops;
+    status      = span_iface_insert(iface, siface);
+    if (status != UCS_OK) {
+        goto err_close;
+    }
+
+    span_iface_patch(&iface->ops);
+    ucs_debug("span: opened %s/%s as iface %p over %s", tl->super.name,
+              params->mode.device.dev_name, iface, tl->inner->name);
+    *iface_p = iface;
+    return UCS_OK;
+
+err_close:
+    iface->ops.iface_close(iface);
+err_free:
+    free(siface);
+    return status;
+}
+
+ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl)
+{
+    span_tl_t *tl;
+
+    if (strlen(inner_tl->name) + strlen(SPAN_TWIN_SUFFIX) >=
+        UCT_TL_NAME_MAX) {
+        ucs_debug("span: transport '%s' gets no twin: its name is too long "
+                  "for a suffix", inner_tl->name);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if (span_tl_count == SPAN_TL_MAX) {
+        ucs_warn("span: transport '%s' gets no twin: %d twins exist already",
+                 inner_tl->name, SPAN_TL_MAX);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    tl = calloc(1, sizeof(*tl));
+    if (tl == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    ucs_snprintf_zero(tl->super.name, sizeof(tl->super.name), "%s%s",
+                      inner_tl->name, SPAN_TWIN_SUFFIX);
+    tl->super.query_devices = span_tl_query_devices_fns[span_tl_count];
+    tl->super.iface_open    = span_tl_iface_open;
+    /* the inner transport's own UCX_<TL>_* variables configure the twin */
+    tl->super.config        = inner_tl->config;
+    ucs_list_head_init(&tl->super.config.list);
+    tl->inner               = inner_tl;
+    tl->inner_component     = inner_component;
+
+    span_tls[span_tl_count++] = tl;
+    ucs_list_add_tail(&span_component.tl_list, &tl->super.list);
+    return UCS_OK;
+}
+
+uct_component_t *span_tl_inner_component(const uct_tl_t *tl)
+{
+    return ucs_container_of(tl, span_tl_t, super)->inner_component;
+}
+
+void span_tl_remove_all(void)
+{
+    while (span_tl_count > 0) {
+        --span_tl_count;
+        ucs_list_del(&span_tls[span_tl_count]->super.list);
+        free(span_tls[span_tl_count]);
+    }
+}

@@ -8,26 +8,39 @@
 #include <ucs/sys/string.h>
 #include <string.h>
 
+/* Memory types whose registration the twin can publish in a span rkey */
+static uint64_t span_md_reg_mem_types(const span_md_t *smd)
+{
+    uint64_t types = (smd->inner_attr.flags & UCT_MD_FLAG_REG) ?
+                     smd->inner_attr.reg_mem_types : 0;
+
+    /* Where the inner MD needs no rkey, a registration is only recorded, so
+     * that every remote access can be checked against it. */
+    if (smd->inner_attr.rkey_packed_size == 0) {
+        types |= smd->inner_attr.access_mem_types;
+    }
+    return types;
+}
+
 static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
 {
     span_md_t *smd = (span_md_t*)md;
 
-    *attr = smd->inner_attr;
-    /* Every registration is recorded, even where the inner MD registers
-     * nothing, so that every remote access can be checked against it. */
-    attr->flags           |= UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
-    attr->flags           &= ~(UCT_MD_FLAG_ALLOC | UCT_MD_FLAG_FIXED |
+    *attr                  = smd->inner_attr;
+    attr->reg_mem_types    = span_md_reg_mem_types(smd);
+    attr->cache_mem_types |= attr->reg_mem_types &
+                             ~smd->inner_attr.reg_mem_types;
+    attr->flags           |= UCT_MD_FLAG_NEED_RKEY;
+    attr->flags           &= ~(UCT_MD_FLAG_REG | UCT_MD_FLAG_FIXED |
                                UCT_MD_FLAG_EXPORTED_MKEY |
                                UCT_MD_FLAG_REG_DMABUF |
                                UCT_MD_FLAG_INVALIDATE_RMA |
                                UCT_MD_FLAG_INVALIDATE_AMO |
                                UCT_MD_FLAG_INVALIDATE);
-    attr->reg_mem_types   |= smd->inner_attr.access_mem_types;
-    attr->cache_mem_types |= smd->inner_attr.access_mem_types &
-                             ~smd->inner_attr.reg_mem_types;
-    attr->alloc_mem_types  = 0;
+    if (attr->reg_mem_types != 0) {
+        attr->flags |= UCT_MD_FLAG_REG;
+    }
     attr->dmabuf_mem_types = 0;
-    attr->max_alloc        = 0;
     attr->exported_mkey_packed_size = 0;
     attr->rkey_packed_size = SPAN_RKEY_HDR_SIZE +
                              smd->inner_attr.rkey_packed_size;
@@ -59,6 +72,12 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
 
     if (params->field_mask & UCT_MD_MEM_REG_FIELD_MEM_TYPE) {
         mtype = params->mem_type;
+    }
+
+    if (!(span_md_reg_mem_types(smd) & UCS_BIT(mtype))) {
+        ucs_error("span md %p: cannot register %s memory %p +%zu", md,
+                  ucs_memory_type_names[mtype], address, length);
+        return UCS_ERR_UNSUPPORTED;
     }
 
     memh = malloc(sizeof(*memh));
@@ -143,6 +162,13 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
     }
 
     if (smd->inner_attr.rkey_packed_size > 0) {
+        if (smem->inner == UCT_MEM_HANDLE_NULL) {
+            ucs_error("span md %p: [0x%" PRIx64 ", +%" PRIu64 ") has no inner "
+                      "registration to pack a key for", md, smem->base,
+                      smem->length);
+            return UCS_ERR_INVALID_PARAM;
+        }
+
         status = smd->inner->ops->mkey_pack(smd->inner, smem->inner, address,
                                             length, params,
                                             span_rkey_inner_buffer(buffer));
@@ -187,12 +213,38 @@ static ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
                                       const char *alloc_name,
                                       uct_mem_h *memh_p)
 {
-    return UCS_ERR_UNSUPPORTED;
+    span_md_t *smd = (span_md_t*)md;
+    span_memh_t *memh;
+    ucs_status_t status;
+
+    memh = malloc(sizeof(*memh));
+    if (memh == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    status = smd->inner->ops->mem_alloc(smd->inner, length_p, address_p,
+                                        mem_type, sys_dev, flags, alloc_name,
+                                        &memh->inner);
+    if (status != UCS_OK) {
+        free(memh);
+        return status;
+    }
+
+    memh->base   = (uintptr_t)*address_p;
+    memh->length = *length_p;
+    *memh_p      = memh;
+    return UCS_OK;
 }
 
 static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
 {
-    return UCS_ERR_UNSUPPORTED;
+    span_md_t *smd    = (span_md_t*)md;
+    span_memh_t *smem = memh;
+    ucs_status_t status;
+
+    status = smd->inner->ops->mem_free(smd->inner, smem->inner);
+    free(smem);
+    return status;
 }
 
 static ucs_status_t span_md_mem_advise(uct_md_h md, uct_mem_h memh,

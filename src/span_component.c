@@ -232,17 +232,20 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
         goto err_free;
     }
 
-    if (desc.inner_size > 0) {
-        status = rkey->inner_component->rkey_unpack(rkey->inner_component,
-                                                    desc.inner, params,
-                                                    &rkey->inner,
-                                                    &rkey->inner_handle);
-        if (status != UCS_OK) {
-            ucs_error("span rkey %p: %s failed to unpack its %zu-byte inner "
-                      "key: %s", buffer, rkey->inner_component->name,
-                      desc.inner_size, ucs_status_string(status));
-            goto err_free;
-        }
+    /* An inner key of 0 bytes may still unpack to something (self: 0) */
+    status = rkey->inner_component->rkey_unpack(rkey->inner_component,
+                                                desc.inner, params,
+                                                &rkey->inner,
+                                                &rkey->inner_handle);
+    if ((status == UCS_ERR_UNSUPPORTED) && (desc.inner_size == 0)) {
+        rkey->inner = UCT_INVALID_RKEY;
+    } else if (status != UCS_OK) {
+        ucs_error("span rkey %p: %s failed to unpack its %zu-byte inner "
+                  "key: %s", buffer, rkey->inner_component->name,
+                  desc.inner_size, ucs_status_string(status));
+        goto err_free;
+    } else {
+        rkey->inner_unpacked = 1;
     }
 
     *rkey_p   = (uintptr_t)rkey;
@@ -260,7 +263,7 @@ static ucs_status_t span_rkey_release(uct_component_t *component,
     span_rkey_t *srkey  = (span_rkey_t*)rkey;
     ucs_status_t status = UCS_OK;
 
-    if (srkey->inner != UCT_INVALID_RKEY) {
+    if (srkey->inner_unpacked) {
         status = srkey->inner_component->rkey_release(srkey->inner_component,
                                                       srkey->inner,
                                                       srkey->inner_handle);
@@ -275,14 +278,18 @@ static ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
                                   void **local_addr_p)
 {
     span_rkey_t *srkey = (span_rkey_t*)rkey;
+    ucs_status_t status;
 
-    if (!span_rkey_check(srkey, remote_addr, 0)) {
+    /* UCP tries every MD and stops at UCS_ERR_INVALID_ADDR: the extent is
+     * checked only where the inner component can map the address at all */
+    status = srkey->inner_component->rkey_ptr(srkey->inner_component,
+                                              srkey->inner,
+                                              srkey->inner_handle,
+                                              remote_addr, local_addr_p);
+    if ((status == UCS_OK) && !span_rkey_check(srkey, remote_addr, 0)) {
         return UCS_ERR_INVALID_ADDR;
     }
-
-    return srkey->inner_component->rkey_ptr(srkey->inner_component,
-                                            srkey->inner, srkey->inner_handle,
-                                            remote_addr, local_addr_p);
+    return status;
 }
 
 static int span_rkey_cmp_u64(uint64_t a, uint64_t b)
@@ -310,7 +317,7 @@ static ucs_status_t span_rkey_compare(uct_component_t *component,
     if (*result == 0) {
         *result = span_rkey_cmp_u64(a->length, b->length);
     }
-    if ((*result == 0) && (a->inner != UCT_INVALID_RKEY)) {
+    if ((*result == 0) && a->inner_unpacked) {
         return a->inner_component->rkey_compare(a->inner_component, a->inner,
                                                 b->inner, params, result);
     }

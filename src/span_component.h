@@ -25,6 +25,7 @@ typedef struct span_rkey {
     uint64_t         length;
     void            *inner_handle;
     uct_component_t *inner_component;
+    int              inner_unpacked; /* inner rkey must be released */
 } span_rkey_t;
 
 extern uct_component_t span_component;

@@ -415,26 +415,32 @@ static void span_iface_close(uct_iface_h iface)
     inner_close(iface);
 }
 
+/* An op the inner transport lacks (NULL) stays absent in the twin */
+#define SPAN_IFACE_PATCH(_ops, _name, _func) \
+    if ((_ops)->_name != NULL) { \
+        (_ops)->_name = _func; \
+    }
+
 static void span_iface_patch(uct_iface_ops_t *ops)
 {
-    ops->ep_put_short         = span_ep_put_short;
-    ops->ep_put_bcopy         = span_ep_put_bcopy;
-    ops->ep_put_zcopy         = span_ep_put_zcopy;
-    ops->ep_get_short         = span_ep_get_short;
-    ops->ep_get_bcopy         = span_ep_get_bcopy;
-    ops->ep_get_zcopy         = span_ep_get_zcopy;
-    ops->ep_am_zcopy          = span_ep_am_zcopy;
-    ops->ep_atomic_cswap64    = span_ep_atomic_cswap64;
-    ops->ep_atomic_cswap32    = span_ep_atomic_cswap32;
-    ops->ep_atomic32_post     = span_ep_atomic32_post;
-    ops->ep_atomic64_post     = span_ep_atomic64_post;
-    ops->ep_atomic32_fetch    = span_ep_atomic32_fetch;
-    ops->ep_atomic64_fetch    = span_ep_atomic64_fetch;
-    ops->ep_tag_eager_zcopy   = span_ep_tag_eager_zcopy;
-    ops->ep_tag_rndv_zcopy    = span_ep_tag_rndv_zcopy;
-    ops->iface_tag_recv_zcopy = span_iface_tag_recv_zcopy;
-    ops->iface_query          = span_iface_query;
-    ops->iface_close          = span_iface_close;
+    SPAN_IFACE_PATCH(ops, ep_put_short,         span_ep_put_short)
+    SPAN_IFACE_PATCH(ops, ep_put_bcopy,         span_ep_put_bcopy)
+    SPAN_IFACE_PATCH(ops, ep_put_zcopy,         span_ep_put_zcopy)
+    SPAN_IFACE_PATCH(ops, ep_get_short,         span_ep_get_short)
+    SPAN_IFACE_PATCH(ops, ep_get_bcopy,         span_ep_get_bcopy)
+    SPAN_IFACE_PATCH(ops, ep_get_zcopy,         span_ep_get_zcopy)
+    SPAN_IFACE_PATCH(ops, ep_am_zcopy,          span_ep_am_zcopy)
+    SPAN_IFACE_PATCH(ops, ep_atomic_cswap64,    span_ep_atomic_cswap64)
+    SPAN_IFACE_PATCH(ops, ep_atomic_cswap32,    span_ep_atomic_cswap32)
+    SPAN_IFACE_PATCH(ops, ep_atomic32_post,     span_ep_atomic32_post)
+    SPAN_IFACE_PATCH(ops, ep_atomic64_post,     span_ep_atomic64_post)
+    SPAN_IFACE_PATCH(ops, ep_atomic32_fetch,    span_ep_atomic32_fetch)
+    SPAN_IFACE_PATCH(ops, ep_atomic64_fetch,    span_ep_atomic64_fetch)
+    SPAN_IFACE_PATCH(ops, ep_tag_eager_zcopy,   span_ep_tag_eager_zcopy)
+    SPAN_IFACE_PATCH(ops, ep_tag_rndv_zcopy,    span_ep_tag_rndv_zcopy)
+    SPAN_IFACE_PATCH(ops, iface_tag_recv_zcopy, span_iface_tag_recv_zcopy)
+    SPAN_IFACE_PATCH(ops, iface_query,          span_iface_query)
+    SPAN_IFACE_PATCH(ops, iface_close,          span_iface_close)
 }
 
 /*

@@ -1,0 +1,417 @@
+/*
+ * UCT level: twin MDs and transports over real inner transports, in one
+ * process. libuct_span is loaded by UCX from UCX_MODULE_DIR (set by ctest).
+ */
+#include <uct/api/uct.h>
+#include <ucs/async/async_fwd.h>
+
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+uct_component_h find_component(const char *name)
+{
+    uct_component_h *components;
+    unsigned count;
+    uct_component_h found = NULL;
+
+    if (uct_query_components(&components, &count) != UCS_OK) {
+        return NULL;
+    }
+    for (unsigned i = 0; i < count; ++i) {
+        uct_component_attr_t attr;
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
+            !strcmp(attr.name, name)) {
+            found = components[i];
+        }
+    }
+    uct_release_component_list(components);
+    return found;
+}
+
+std::vector<std::string> md_names(uct_component_h component)
+{
+    uct_component_attr_t attr;
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    EXPECT_EQ(UCS_OK, uct_component_query(component, &attr));
+    std::vector<uct_md_resource_desc_t> res(attr.md_resource_count);
+    attr.field_mask   = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    attr.md_resources = res.data();
+    EXPECT_EQ(UCS_OK, uct_component_query(component, &attr));
+    std::vector<std::string> names;
+    for (auto &r : res) {
+        names.push_back(r.md_name);
+    }
+    return names;
+}
+
+uct_md_h open_md(uct_component_h component, const char *name)
+{
+    uct_md_config_t *config;
+    uct_md_h md = NULL;
+    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
+        return NULL;
+    }
+    if (uct_md_open(component, name, config, &md) != UCS_OK) {
+        md = NULL;
+    }
+    uct_config_release(config);
+    return md;
+}
+
+struct completion {
+    uct_completion_t super;
+    static void cb(uct_completion_t *self) {}
+    completion() { super.func = cb; super.count = 1; super.status = UCS_OK; }
+};
+
+void unpack_cb(void *arg, const void *data, size_t length)
+{
+    memcpy(arg, data, length);
+}
+
+struct pack_arg {
+    const void *src;
+    size_t      length;
+};
+
+size_t pack_cb(void *dest, void *arg)
+{
+    pack_arg *p = static_cast<pack_arg*>(arg);
+    memcpy(dest, p->src, p->length);
+    return p->length;
+}
+
+} // namespace
+
+TEST(span_load, component_and_twins_are_listed)
+{
+    uct_component_h span = find_component("span");
+    ASSERT_NE(nullptr, span) << "UCX_MODULE_DIR=" <<
+            (getenv("UCX_MODULE_DIR") ? getenv("UCX_MODULE_DIR") : "(unset)");
+    auto names = md_names(span);
+    EXPECT_NE(names.end(), std::find(names.begin(), names.end(), "self+"));
+    EXPECT_NE(names.end(), std::find(names.begin(), names.end(), "cma+"));
+    for (auto &n : names) {
+        EXPECT_EQ('+', n.back()) << n;
+    }
+}
+
+TEST(span_load, twin_md_of_unknown_inner_is_refused)
+{
+    uct_component_h span = find_component("span");
+    ASSERT_NE(nullptr, span);
+    EXPECT_EQ(nullptr, open_md(span, "nosuchmd+"));
+    EXPECT_EQ(nullptr, open_md(span, "cma"));
+}
+
+class span_uct : public ::testing::TestWithParam<const char*> {
+protected:
+    void SetUp() override
+    {
+        std::string tl = GetParam();
+        twin           = tl.back() == '+';
+        component      = find_component(twin ? "span" : tl.c_str());
+        ASSERT_NE(nullptr, component);
+        md = open_md(component, tl.c_str());
+        ASSERT_NE(nullptr, md);
+
+        ASSERT_EQ(UCS_OK, ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
+                                                   &async));
+        ASSERT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
+                                            &worker));
+
+        uct_iface_config_t *config;
+        ASSERT_EQ(UCS_OK, uct_md_iface_config_read(md, tl.c_str(), NULL, NULL,
+                                                   &config));
+        uct_iface_params_t params = {};
+        params.field_mask         = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                                    UCT_IFACE_PARAM_FIELD_DEVICE;
+        params.open_mode          = UCT_IFACE_OPEN_MODE_DEVICE;
+        params.mode.device.tl_name  = tl.c_str();
+        params.mode.device.dev_name = "memory";
+        ucs_status_t status = uct_iface_open(md, worker, &params, config,
+                                             &iface);
+        uct_config_release(config);
+        ASSERT_EQ(UCS_OK, status);
+        ASSERT_EQ(UCS_OK, uct_iface_query(iface, &iface_attr));
+
+        std::vector<char> dev(iface_attr.device_addr_len + 1);
+        std::vector<char> ifa(iface_attr.iface_addr_len + 1);
+        ASSERT_EQ(UCS_OK, uct_iface_get_device_address(
+                (uct_iface_h)iface, (uct_device_addr_t*)dev.data()));
+        ASSERT_EQ(UCS_OK, uct_iface_get_address(
+                iface, (uct_iface_addr_t*)ifa.data()));
+        uct_ep_params_t ep_params = {};
+        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                               UCT_EP_PARAM_FIELD_DEV_ADDR |
+                               UCT_EP_PARAM_FIELD_IFACE_ADDR;
+        ep_params.iface      = iface;
+        ep_params.dev_addr   = (uct_device_addr_t*)dev.data();
+        ep_params.iface_addr = (uct_iface_addr_t*)ifa.data();
+        ASSERT_EQ(UCS_OK, uct_ep_create(&ep_params, &ep));
+
+        /* remote buffer: the first half is registered, the second is a
+         * guard that no op may touch */
+        remote.assign(2 * size, 0);
+        for (size_t i = 0; i < size; ++i) {
+            remote[i] = uint8_t(i * 7 + 3);
+        }
+        uct_md_attr_t md_attr;
+        ASSERT_EQ(UCS_OK, uct_md_query(md, &md_attr));
+        if (!(md_attr.cap.flags & UCT_MD_FLAG_REG)) {
+            /* native cma: no registration, no rkey */
+            rkey.rkey = UCT_INVALID_RKEY;
+            return;
+        }
+        ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, remote.data(), size,
+                                         UCT_MD_MEM_ACCESS_ALL, &memh));
+        rkey_buf.resize(md_attr.rkey_packed_size + 1);
+        ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, memh, rkey_buf.data()));
+        ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, rkey_buf.data(), &rkey));
+    }
+
+    void TearDown() override
+    {
+        if (!rkey_buf.empty()) {
+            uct_rkey_release(component, &rkey);
+        }
+        if (memh != NULL) {
+            EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, memh));
+        }
+        if (ep != NULL) {
+            uct_ep_destroy(ep);
+        }
+        if (iface != NULL) {
+            uct_iface_close(iface);
+        }
+        if (worker != NULL) {
+            uct_worker_destroy(worker);
+        }
+        if (async != NULL) {
+            ucs_async_context_destroy(async);
+        }
+        if (md != NULL) {
+            uct_md_close(md);
+        }
+    }
+
+    void wait(ucs_status_t status, completion &comp)
+    {
+        if (status == UCS_INPROGRESS) {
+            while (comp.super.count > 0) {
+                uct_worker_progress(worker);
+            }
+            status = comp.super.status;
+        }
+        ASSERT_EQ(UCS_OK, status);
+    }
+
+    uct_mem_h reg(void *buf, size_t length)
+    {
+        uct_mem_h h = UCT_MEM_HANDLE_NULL;
+        if (!rkey_buf.empty()) {
+            EXPECT_EQ(UCS_OK, uct_md_mem_reg(md, buf, length,
+                                             UCT_MD_MEM_ACCESS_ALL, &h));
+        }
+        return h;
+    }
+
+    void dereg(uct_mem_h h)
+    {
+        if (h != UCT_MEM_HANDLE_NULL) {
+            EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+        }
+    }
+
+    uint64_t raddr(size_t offset) { return (uintptr_t)remote.data() + offset; }
+
+    bool guard_intact()
+    {
+        for (size_t i = size; i < 2 * size; ++i) {
+            if (remote[i] != 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    static const size_t      size = 64 * 1024;
+    bool                     twin;
+    uct_component_h          component = NULL;
+    uct_md_h                 md        = NULL;
+    ucs_async_context_t     *async     = NULL;
+    uct_worker_h             worker    = NULL;
+    uct_iface_h              iface     = NULL;
+    uct_iface_attr_t         iface_attr;
+    uct_ep_h                 ep        = NULL;
+    std::vector<uint8_t>     remote;
+    uct_mem_h                memh      = NULL;
+    std::vector<uint8_t>     rkey_buf;
+    uct_rkey_bundle_t        rkey      = {};
+};
+
+TEST_P(span_uct, md_attributes)
+{
+    uct_md_attr_t attr;
+    ASSERT_EQ(UCS_OK, uct_md_query(md, &attr));
+    if (twin) {
+        EXPECT_TRUE(attr.cap.flags & UCT_MD_FLAG_REG);
+        EXPECT_STREQ("span", attr.component_name);
+        EXPECT_TRUE(attr.cap.flags & UCT_MD_FLAG_NEED_RKEY);
+        EXPECT_GE(attr.rkey_packed_size, 28u);
+        EXPECT_LE(attr.rkey_packed_size, 255u);
+    }
+}
+
+TEST_P(span_uct, put_get_short_and_bcopy)
+{
+    if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT)) {
+        GTEST_SKIP() << GetParam() << " has no put_short";
+    }
+    uint64_t v = 0x1122334455667788ull, r = 0;
+    ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, &v, sizeof(v), raddr(128), rkey.rkey));
+    EXPECT_EQ(0, memcmp(&v, &remote[128], sizeof(v)));
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_GET_SHORT) {
+        ASSERT_EQ(UCS_OK, uct_ep_get_short(ep, &r, sizeof(r), raddr(128),
+                                           rkey.rkey));
+        EXPECT_EQ(v, r);
+    }
+
+    std::vector<uint8_t> src(1000, 0x5a), dst(1000, 0);
+    pack_arg arg = {src.data(), src.size()};
+    EXPECT_EQ(ssize_t(src.size()),
+              uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(4096), rkey.rkey));
+    EXPECT_EQ(0, memcmp(src.data(), &remote[4096], src.size()));
+    completion comp;
+    wait(uct_ep_get_bcopy(ep, unpack_cb, dst.data(), dst.size(), raddr(4096),
+                          rkey.rkey, &comp.super), comp);
+    EXPECT_EQ(src, dst);
+    EXPECT_TRUE(guard_intact());
+}
+
+TEST_P(span_uct, put_get_zcopy)
+{
+    if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY)) {
+        GTEST_SKIP() << GetParam() << " has no put_zcopy";
+    }
+    std::vector<uint8_t> local(size);
+    for (size_t i = 0; i < size; ++i) {
+        local[i] = uint8_t(i * 13 + 1);
+    }
+    uct_mem_h lmemh = reg(local.data(), size);
+    /* two iov entries: the twin translates each memh */
+    uct_iov_t iov[2] = {{local.data(), 1000, lmemh, 0, 1},
+                        {local.data() + 1000, size - 1000, lmemh, 0, 1}};
+    completion c1;
+    wait(uct_ep_put_zcopy(ep, iov, 2, raddr(0), rkey.rkey, &c1.super), c1);
+    EXPECT_EQ(0, memcmp(local.data(), remote.data(), size));
+
+    std::vector<uint8_t> back(size, 0);
+    uct_mem_h bmemh = reg(back.data(), size);
+    uct_iov_t biov = {back.data() + 7, size - 7, bmemh, 0, 1};
+    completion c2;
+    wait(uct_ep_get_zcopy(ep, &biov, 1, raddr(7), rkey.rkey, &c2.super), c2);
+    EXPECT_EQ(0, memcmp(back.data() + 7, remote.data() + 7, size - 7));
+    EXPECT_TRUE(guard_intact());
+    dereg(bmemh);
+    dereg(lmemh);
+}
+
+TEST_P(span_uct, atomics)
+{
+    if (!(iface_attr.cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_ADD))) {
+        GTEST_SKIP() << GetParam() << " has no 64-bit fetch-add";
+    }
+    uint64_t *target = reinterpret_cast<uint64_t*>(&remote[256]);
+    *target          = 40;
+    uint64_t result  = 0;
+    completion c1;
+    wait(uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 2, &result, raddr(256),
+                               rkey.rkey, &c1.super), c1);
+    EXPECT_EQ(40u, result);
+    EXPECT_EQ(42u, *target);
+
+    completion c2;
+    wait(uct_ep_atomic_cswap64(ep, 42, 7, raddr(256), rkey.rkey, &result,
+                               &c2.super), c2);
+    EXPECT_EQ(42u, result);
+    EXPECT_EQ(7u, *target);
+
+    if (iface_attr.cap.atomic32.op_flags & UCS_BIT(UCT_ATOMIC_OP_ADD)) {
+        uint32_t *t32 = reinterpret_cast<uint32_t*>(&remote[512]);
+        *t32          = 1;
+        ASSERT_EQ(UCS_OK, uct_ep_atomic32_post(ep, UCT_ATOMIC_OP_ADD, 5,
+                                               raddr(512), rkey.rkey));
+        completion c3;
+        wait(uct_ep_flush(ep, 0, &c3.super), c3);
+        EXPECT_EQ(6u, *t32);
+    }
+}
+
+TEST_P(span_uct, out_of_bounds_is_refused)
+{
+    if (!twin) {
+        GTEST_SKIP() << "native transports do not check bounds";
+    }
+    uint64_t v = ~0ull;
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT) {
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_short(ep, &v, sizeof(v), raddr(size - 4), rkey.rkey));
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_short(ep, &v, sizeof(v), raddr(0) - 8, rkey.rkey));
+    }
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_GET_SHORT) {
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_get_short(ep, &v, sizeof(v), raddr(size), rkey.rkey));
+    }
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_GET_BCOPY) {
+        std::vector<uint8_t> dst(64);
+        completion c;
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_get_bcopy(ep, unpack_cb, dst.data(), dst.size(),
+                                   raddr(size - 32), rkey.rkey, &c.super));
+    }
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY) {
+        std::vector<uint8_t> local(4096, 0xff);
+        uct_mem_h lmemh = reg(local.data(), local.size());
+        uct_iov_t iov = {local.data(), local.size(), lmemh, 0, 1};
+        completion c;
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_zcopy(ep, &iov, 1, raddr(size - 100), rkey.rkey,
+                                   &c.super));
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_get_zcopy(ep, &iov, 1, raddr(1) << 40, rkey.rkey,
+                                   &c.super));
+        dereg(lmemh);
+    }
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_BCOPY) {
+        std::vector<uint8_t> src(200, 0xff);
+        pack_arg arg = {src.data(), src.size()};
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(size + 8), rkey.rkey));
+    }
+    EXPECT_TRUE(guard_intact());
+}
+
+TEST_P(span_uct, corrupted_rkey_is_refused)
+{
+    if (!twin) {
+        GTEST_SKIP() << "native rkeys carry no checksum";
+    }
+    for (size_t i = 0; i < rkey_buf.size() - 1; ++i) {
+        std::vector<uint8_t> bad = rkey_buf;
+        bad[i] ^= 0x40;
+        uct_rkey_bundle_t b;
+        EXPECT_NE(UCS_OK, uct_rkey_unpack(component, bad.data(), &b))
+                << "byte " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(twin, span_uct, ::testing::Values("self+", "cma+"));
+INSTANTIATE_TEST_SUITE_P(native, span_uct, ::testing::Values("self", "cma"));

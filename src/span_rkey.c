@@ -9,13 +9,16 @@
  *   8       8     base           first byte of the registered extent, in the
  *                                exporting process's addresses
  *   16      8     length         bytes in the extent, > 0, base+length <= 2^64
- *   24      4     checksum       FNV-1a 32 of bytes [0, 24) then the inner key
- *   28      n     inner key      as packed by the inner MD's mkey_pack
- *   28+n    ...   unused up to the twin MD's rkey_packed_size
+ *   24      4     hdr_checksum   FNV-1a 32 of bytes [0, 24)
+ *   28      4     checksum       FNV-1a 32 of bytes [0, 24) then the inner key
+ *   32      n     inner key      as packed by the inner MD's mkey_pack
+ *   32+n    ...   unused up to the twin MD's rkey_packed_size
  *
- * The checksum turns a key corrupted in flight or by a bug into a refused
- * key instead of an access to the wrong bytes. A parser never reads past
- * buffer_size, nor past SPAN_RKEY_MAX_SIZE.
+ * The checksums turn a key corrupted in flight or by a bug into a refused
+ * key instead of an access to the wrong bytes. UCP does not pass the key's
+ * length to rkey_unpack, so inner_size is trusted only once hdr_checksum
+ * matched: a corrupted size is never used to read past the real key. A
+ * parser never reads past buffer_size, nor past SPAN_RKEY_MAX_SIZE.
  */
 #include "span_rkey.h"
 
@@ -25,7 +28,8 @@
 
 #define SPAN_RKEY_FNV_OFFSET 2166136261u
 #define SPAN_RKEY_FNV_PRIME  16777619u
-#define SPAN_RKEY_SUM_OFFSET 24
+#define SPAN_RKEY_HDR_SUM_OFFSET 24
+#define SPAN_RKEY_SUM_OFFSET     28
 
 static uint32_t span_rkey_fnv(uint32_t hash, const void *data, size_t size)
 {
@@ -61,7 +65,7 @@ static uint64_t span_rkey_get(const uint8_t *p, unsigned size)
 static uint32_t span_rkey_checksum(const uint8_t *buffer, size_t inner_size)
 {
     uint32_t hash = span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, buffer,
-                                  SPAN_RKEY_SUM_OFFSET);
+                                  SPAN_RKEY_HDR_SUM_OFFSET);
     return span_rkey_fnv(hash, buffer + SPAN_RKEY_HDR_SIZE, inner_size);
 }
 
@@ -86,6 +90,9 @@ void span_rkey_seal(void *buffer, const span_rkey_desc_t *desc)
     span_rkey_put(p + 4, desc->component_id, 4);
     span_rkey_put(p + 8, desc->base, 8);
     span_rkey_put(p + 16, desc->length, 8);
+    span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
+                  span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
+                                SPAN_RKEY_HDR_SUM_OFFSET), 4);
     span_rkey_put(p + SPAN_RKEY_SUM_OFFSET,
                   span_rkey_checksum(p, desc->inner_size), 4);
 }
@@ -118,6 +125,14 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
 
     if (flags != 0) {
         ucs_error("span rkey %p: unknown flags 0x%x", buffer, flags);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    checksum = span_rkey_get(p + SPAN_RKEY_HDR_SUM_OFFSET, 4);
+    if (checksum != span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
+                                  SPAN_RKEY_HDR_SUM_OFFSET)) {
+        ucs_error("span rkey %p: header checksum 0x%x does not match: the "
+                  "key is corrupted", buffer, checksum);
         return UCS_ERR_INVALID_PARAM;
     }
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define SPAN_RKEY_VERSION     1
-#define SPAN_RKEY_HDR_SIZE    28
+#define SPAN_RKEY_HDR_SIZE    32
 /* UCP stores each MD's packed rkey size in one byte */
 #define SPAN_RKEY_MAX_SIZE    255
 #define SPAN_RKEY_MAX_INNER   (SPAN_RKEY_MAX_SIZE - SPAN_RKEY_HDR_SIZE)

@@ -1,0 +1,704 @@
+/*
+ * Two-process (or loopback) UCP harness shared by span-check and the tests.
+ * The target answers fixed-size commands over a socketpair and progresses
+ * its worker in between, so rendezvous and emulated atomics complete.
+ */
+#include "span_pair.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SPAN_PAIR_MAX_REGIONS 16
+#define SPAN_PAIR_MAX_RKEY    4096
+
+enum {
+    SPAN_PAIR_CMD_MAP,
+    SPAN_PAIR_CMD_UNMAP,
+    SPAN_PAIR_CMD_REFILL,
+    SPAN_PAIR_CMD_CHECK,
+    SPAN_PAIR_CMD_READ64,
+    SPAN_PAIR_CMD_TAG,
+    SPAN_PAIR_CMD_QUIT
+};
+
+typedef struct {
+    uint32_t op;
+    uint32_t id;
+    uint64_t arg[4];
+} span_pair_cmd_t;
+
+typedef struct {
+    int64_t  status;
+    uint64_t value[2];
+    uint32_t rkey_size; /* rkey bytes follow */
+} span_pair_reply_t;
+
+typedef struct span_pair_target {
+    ucp_context_h context;
+    ucp_worker_h  worker;
+    struct {
+        void      *buf;
+        size_t     length;
+        ucp_mem_h  memh;
+    } regions[SPAN_PAIR_MAX_REGIONS];
+} span_pair_target_t;
+
+static const uint64_t span_pair_tag = 0x5a5a;
+
+void span_pair_fill(void *buf, size_t length, unsigned seed, size_t offset)
+{
+    uint8_t *p = buf;
+    size_t i;
+
+    for (i = 0; i < length; ++i) {
+        p[i] = span_pair_pattern(seed, offset + i);
+    }
+}
+
+size_t span_pair_mismatches(const void *buf, size_t length, unsigned seed,
+                            size_t offset)
+{
+    const uint8_t *p = buf;
+    size_t i, count = 0;
+
+    for (i = 0; i < length; ++i) {
+        count += p[i] != span_pair_pattern(seed, offset + i);
+    }
+    return count;
+}
+
+static int span_pair_io(int fd, void *buf, size_t length, int out)
+{
+    uint8_t *p = buf;
+    ssize_t ret;
+
+    while (length > 0) {
+        ret = out ? write(fd, p, length) : read(fd, p, length);
+        if (ret <= 0) {
+            if ((ret < 0) && (errno == EINTR)) {
+                continue;
+            }
+            return -1;
+        }
+        p      += ret;
+        length -= ret;
+    }
+    return 0;
+}
+
+static ucs_status_t span_pair_wait(ucp_worker_h worker, void *request)
+{
+    ucs_status_t status;
+
+    if (!UCS_PTR_IS_PTR(request)) {
+        return UCS_PTR_STATUS(request);
+    }
+    while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+    }
+    ucp_request_free(request);
+    return status;
+}
+
+static ucs_status_t span_pair_ucp_init(const char *tls, uint64_t features,
+                                       ucp_context_h *context_p,
+                                       ucp_worker_h *worker_p)
+{
+    ucp_worker_params_t wparams = {0};
+    ucp_params_t params         = {0};
+    ucp_config_t *config;
+    ucs_status_t status;
+
+    status = ucp_config_read(NULL, NULL, &config);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = ucp_config_modify(config, "TLS", tls);
+    if (status != UCS_OK) {
+        goto out_release;
+    }
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features   = features;
+    status            = ucp_init(&params, config, context_p);
+    if (status != UCS_OK) {
+        goto out_release;
+    }
+    wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    status              = ucp_worker_create(*context_p, &wparams, worker_p);
+    if (status != UCS_OK) {
+        ucp_cleanup(*context_p);
+    }
+out_release:
+    ucp_config_release(config);
+    return status;
+}
+
+/* Target side */
+
+static void span_pair_target_map(span_pair_target_t *t,
+                                const span_pair_cmd_t *cmd,
+                                span_pair_reply_t *reply, void **rkey_buf)
+{
+    ucp_mem_map_params_t params = {0};
+    size_t length               = cmd->arg[0];
+    size_t rkey_size;
+    unsigned id;
+    void *buf;
+
+    for (id = 0; (id < SPAN_PAIR_MAX_REGIONS) && t->regions[id].buf; ++id) {
+    }
+    if (id == SPAN_PAIR_MAX_REGIONS) {
+        reply->status = UCS_ERR_NO_RESOURCE;
+        return;
+    }
+    if ((cmd->arg[1] > length) || (cmd->arg[2] > length - cmd->arg[1])) {
+        reply->status = UCS_ERR_INVALID_PARAM;
+        return;
+    }
+    buf = mmap(NULL, length, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        reply->status = UCS_ERR_NO_MEMORY;
+        return;
+    }
+    span_pair_fill(buf, length, cmd->arg[3], 0);
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address    = (uint8_t*)buf + cmd->arg[1];
+    params.length     = cmd->arg[2];
+    reply->status     = ucp_mem_map(t->context, &params, &t->regions[id].memh);
+    if (reply->status != UCS_OK) {
+        goto err_unmap;
+    }
+    reply->status = ucp_rkey_pack(t->context, t->regions[id].memh, rkey_buf,
+                                  &rkey_size);
+    if (reply->status != UCS_OK) {
+        goto err_mem_unmap;
+    }
+    reply->rkey_size       = rkey_size;
+    reply->value[0]        = id;
+    reply->value[1]        = (uintptr_t)buf;
+    t->regions[id].buf     = buf;
+    t->regions[id].length  = length;
+    return;
+
+err_mem_unmap:
+    ucp_mem_unmap(t->context, t->regions[id].memh);
+err_unmap:
+    munmap(buf, length);
+}
+
+static void span_pair_target_unmap(span_pair_target_t *t, unsigned id)
+{
+    ucp_mem_unmap(t->context, t->regions[id].memh);
+    munmap(t->regions[id].buf, t->regions[id].length);
+    t->regions[id].buf = NULL;
+}
+
+static void *span_pair_target_tag_post(span_pair_target_t *t, size_t length,
+                                       void **buf_p)
+{
+    ucp_request_param_t param = {0};
+    void *buf                 = malloc(length ? length : 1);
+
+    *buf_p = buf;
+    if (buf == NULL) {
+        return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    }
+    memset(buf, 0, length);
+    return ucp_tag_recv_nbx(t->worker, buf, length, span_pair_tag, UINT64_MAX,
+                            &param);
+}
+
+static size_t span_pair_target_tag_wait(span_pair_target_t *t, void *request,
+                                        void *buf, size_t length,
+                                        unsigned seed, ucs_status_t *status)
+{
+    size_t count = SIZE_MAX;
+
+    *status = span_pair_wait(t->worker, request);
+    if (*status == UCS_OK) {
+        count = span_pair_mismatches(buf, length, seed, 0);
+    }
+    free(buf);
+    return count;
+}
+
+static int span_pair_target_valid(span_pair_target_t *t,
+                                  const span_pair_cmd_t *cmd, size_t offset,
+                                  size_t length)
+{
+    return (cmd->id < SPAN_PAIR_MAX_REGIONS) && t->regions[cmd->id].buf &&
+           (offset <= t->regions[cmd->id].length) &&
+           (length <= t->regions[cmd->id].length - offset);
+}
+
+/* Executes one command; returns 1 on QUIT. */
+static int span_pair_target_handle(span_pair_target_t *t,
+                                   const span_pair_cmd_t *cmd,
+                                   span_pair_reply_t *reply, void **rkey_buf)
+{
+    ucs_status_t status;
+    uint8_t *buf;
+    void *req;
+
+    memset(reply, 0, sizeof(*reply));
+    *rkey_buf = NULL;
+    if ((cmd->op == SPAN_PAIR_CMD_QUIT) || (cmd->op == SPAN_PAIR_CMD_MAP) ||
+        (cmd->op == SPAN_PAIR_CMD_TAG)) {
+        /* no region argument */
+    } else if (!span_pair_target_valid(t, cmd, cmd->arg[0],
+                                       (cmd->op == SPAN_PAIR_CMD_CHECK) ?
+                                       cmd->arg[1] : 0)) {
+        reply->status = UCS_ERR_INVALID_PARAM;
+        return 0;
+    }
+
+    buf = (cmd->op == SPAN_PAIR_CMD_MAP) || (cmd->op == SPAN_PAIR_CMD_TAG) ||
+          (cmd->op == SPAN_PAIR_CMD_QUIT) ? NULL : t->regions[cmd->id].buf;
+    switch (cmd->op) {
+    case SPAN_PAIR_CMD_MAP:
+        span_pair_target_map(t, cmd, reply, rkey_buf);
+        break;
+    case SPAN_PAIR_CMD_UNMAP:
+        span_pair_target_unmap(t, cmd->id);
+        break;
+    case SPAN_PAIR_CMD_REFILL:
+        span_pair_fill(buf, t->regions[cmd->id].length, cmd->arg[1], 0);
+        break;
+    case SPAN_PAIR_CMD_CHECK:
+        reply->value[0] = span_pair_mismatches(buf + cmd->arg[0], cmd->arg[1],
+                                               cmd->arg[2], cmd->arg[0]);
+        break;
+    case SPAN_PAIR_CMD_READ64:
+        if (cmd->arg[0] + sizeof(uint64_t) > t->regions[cmd->id].length) {
+            reply->status = UCS_ERR_INVALID_PARAM;
+        } else {
+            memcpy(&reply->value[0], buf + cmd->arg[0], sizeof(uint64_t));
+        }
+        break;
+    case SPAN_PAIR_CMD_TAG:
+        req = span_pair_target_tag_post(t, cmd->arg[0], (void**)&buf);
+        reply->value[0] = span_pair_target_tag_wait(t, req, buf, cmd->arg[0],
+                                                    cmd->arg[1], &status);
+        reply->status   = status;
+        break;
+    case SPAN_PAIR_CMD_QUIT:
+        return 1;
+    default:
+        reply->status = UCS_ERR_INVALID_PARAM;
+    }
+    return 0;
+}
+
+static void span_pair_target_cleanup(span_pair_target_t *t)
+{
+    unsigned id;
+
+    for (id = 0; id < SPAN_PAIR_MAX_REGIONS; ++id) {
+        if (t->regions[id].buf != NULL) {
+            span_pair_target_unmap(t, id);
+        }
+    }
+}
+
+static int span_pair_target_serve(int sock, const char *tls, uint64_t features)
+{
+    span_pair_target_t t = {0};
+    struct pollfd pfd    = {.fd = sock, .events = POLLIN};
+    span_pair_reply_t reply;
+    span_pair_cmd_t cmd;
+    ucp_address_t *address;
+    size_t address_length;
+    uint64_t header;
+    void *rkey_buf;
+    int quit = 0;
+
+    if ((span_pair_ucp_init(tls, features, &t.context, &t.worker) != UCS_OK) ||
+        (ucp_worker_get_address(t.worker, &address, &address_length) !=
+         UCS_OK)) {
+        header = 0;
+        span_pair_io(sock, &header, sizeof(header), 1);
+        return 1;
+    }
+    header = address_length;
+    if (span_pair_io(sock, &header, sizeof(header), 1) ||
+        span_pair_io(sock, address, address_length, 1)) {
+        return 1;
+    }
+    ucp_worker_release_address(t.worker, address);
+
+    while (!quit) {
+        if (poll(&pfd, 1, 0) == 0) {
+            ucp_worker_progress(t.worker);
+            continue;
+        }
+        if (span_pair_io(sock, &cmd, sizeof(cmd), 0)) {
+            break; /* initiator gone */
+        }
+        quit = span_pair_target_handle(&t, &cmd, &reply, &rkey_buf);
+        if (span_pair_io(sock, &reply, sizeof(reply), 1) ||
+            span_pair_io(sock, rkey_buf, reply.rkey_size, 1)) {
+            quit = 1;
+        }
+        if (rkey_buf != NULL) {
+            ucp_rkey_buffer_release(rkey_buf);
+        }
+    }
+    span_pair_target_cleanup(&t);
+    ucp_worker_destroy(t.worker);
+    ucp_cleanup(t.context);
+    return 0;
+}
+
+/* Initiator side */
+
+static ucs_status_t span_pair_call(span_pair_t *pair, span_pair_cmd_t *cmd,
+                                   span_pair_reply_t *reply, void *rkey_out)
+{
+    void *rkey_buf;
+
+    if (pair->mode == SPAN_PAIR_LOOPBACK) {
+        span_pair_target_handle(pair->target, cmd, reply, &rkey_buf);
+        if (rkey_buf != NULL) {
+            memcpy(rkey_out, rkey_buf, reply->rkey_size);
+            ucp_rkey_buffer_release(rkey_buf);
+        }
+        return reply->status;
+    }
+    if (span_pair_io(pair->sock, cmd, sizeof(*cmd), 1) ||
+        span_pair_io(pair->sock, reply, sizeof(*reply), 0) ||
+        (reply->rkey_size > SPAN_PAIR_MAX_RKEY) ||
+        span_pair_io(pair->sock, rkey_out, reply->rkey_size, 0)) {
+        return UCS_ERR_IO_ERROR;
+    }
+    return reply->status;
+}
+
+static ucs_status_t span_pair_connect(span_pair_t *pair,
+                                      const ucp_address_t *address)
+{
+    ucp_ep_params_t params = {0};
+
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address    = address;
+    return ucp_ep_create(pair->worker, &params, &pair->ep);
+}
+
+static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
+                                          uint64_t features)
+{
+    ucs_status_t status = UCS_ERR_IO_ERROR;
+    uint64_t length;
+    void *address;
+    int fds[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+        return UCS_ERR_IO_ERROR;
+    }
+    fflush(NULL);
+    pair->child = fork();
+    if (pair->child == 0) {
+        close(fds[0]);
+        _exit(span_pair_target_serve(fds[1], tls, features));
+    }
+    close(fds[1]);
+    pair->sock = fds[0];
+    if ((pair->child < 0) ||
+        span_pair_io(pair->sock, &length, sizeof(length), 0) ||
+        (length == 0) || (length > 65536)) {
+        return UCS_ERR_IO_ERROR;
+    }
+    address = malloc(length);
+    if ((address != NULL) &&
+        !span_pair_io(pair->sock, address, length, 0)) {
+        status = span_pair_ucp_init(tls, features, &pair->context,
+                                    &pair->worker);
+        if (status == UCS_OK) {
+            status = span_pair_connect(pair, address);
+        }
+    }
+    free(address);
+    return status;
+}
+
+ucs_status_t span_pair_start(span_pair_t *pair, span_pair_mode_t mode,
+                             const char *tls, uint64_t features)
+{
+    ucp_address_t *address;
+    size_t address_length;
+    ucs_status_t status;
+
+    memset(pair, 0, sizeof(*pair));
+    pair->mode  = mode;
+    pair->sock  = -1;
+    pair->child = -1;
+    if (mode == SPAN_PAIR_FORK) {
+        /* Fork before UCP exists here: a child must not inherit a context */
+        return span_pair_start_child(pair, tls, features);
+    }
+    status = span_pair_ucp_init(tls, features, &pair->context, &pair->worker);
+    if (status != UCS_OK) {
+        return status;
+    }
+    pair->target = calloc(1, sizeof(*pair->target));
+    if (pair->target == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    pair->target->context = pair->context;
+    pair->target->worker  = pair->worker;
+    status = ucp_worker_get_address(pair->worker, &address, &address_length);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = span_pair_connect(pair, address);
+    ucp_worker_release_address(pair->worker, address);
+    return status;
+}
+
+static void span_pair_ep_close(span_pair_t *pair)
+{
+    ucp_request_param_t param = {0};
+
+    if (pair->ep == NULL) {
+        return;
+    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = 0; /* flush */
+    if (span_pair_wait(pair->worker, ucp_ep_close_nbx(pair->ep, &param)) !=
+        UCS_OK) {
+        /* the endpoint failed (e.g. after a refused access): drop it */
+        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        span_pair_wait(pair->worker, ucp_ep_close_nbx(pair->ep, &param));
+    }
+    pair->ep = NULL;
+}
+
+int span_pair_stop(span_pair_t *pair)
+{
+    span_pair_cmd_t cmd = {.op = SPAN_PAIR_CMD_QUIT};
+    span_pair_reply_t reply;
+    int rc = 0, wstatus;
+
+    span_pair_ep_close(pair);
+    if (pair->mode == SPAN_PAIR_LOOPBACK) {
+        if (pair->target != NULL) {
+            span_pair_target_cleanup(pair->target);
+            free(pair->target);
+        }
+    } else if (pair->child > 0) {
+        span_pair_call(pair, &cmd, &reply, NULL);
+        close(pair->sock);
+        rc = (waitpid(pair->child, &wstatus, 0) != pair->child) ||
+             !WIFEXITED(wstatus) || (WEXITSTATUS(wstatus) != 0);
+    }
+    if (pair->worker != NULL) {
+        ucp_worker_destroy(pair->worker);
+    }
+    if (pair->context != NULL) {
+        ucp_cleanup(pair->context);
+    }
+    memset(pair, 0, sizeof(*pair));
+    return rc;
+}
+
+void span_pair_ep_info(span_pair_t *pair, char *buf, size_t size)
+{
+    FILE *stream = fmemopen(buf, size, "w");
+
+    buf[0] = '\0';
+    if (stream != NULL) {
+        ucp_ep_print_info(pair->ep, stream);
+        fclose(stream);
+    }
+}
+
+ucs_status_t span_pair_map(span_pair_t *pair, size_t alloc_length,
+                           size_t reg_offset, size_t reg_length, unsigned seed,
+                           span_pair_region_t *region)
+{
+    span_pair_cmd_t cmd = {.op  = SPAN_PAIR_CMD_MAP,
+                           .arg = {alloc_length, reg_offset, reg_length, seed}};
+    span_pair_reply_t reply;
+    uint8_t rkey_buf[SPAN_PAIR_MAX_RKEY];
+    ucs_status_t status;
+
+    memset(region, 0, sizeof(*region));
+    status = span_pair_call(pair, &cmd, &reply, rkey_buf);
+    if (status != UCS_OK) {
+        return status;
+    }
+    region->id           = reply.value[0];
+    region->base         = reply.value[1];
+    region->alloc_length = alloc_length;
+    region->reg_offset   = reg_offset;
+    region->reg_length   = reg_length;
+    status = ucp_ep_rkey_unpack(pair->ep, rkey_buf, &region->rkey);
+    if (status != UCS_OK) {
+        span_pair_unmap(pair, region);
+    }
+    return status;
+}
+
+void span_pair_unmap(span_pair_t *pair, span_pair_region_t *region)
+{
+    span_pair_cmd_t cmd = {.op = SPAN_PAIR_CMD_UNMAP, .id = region->id};
+    span_pair_reply_t reply;
+
+    if (region->rkey != NULL) {
+        ucp_rkey_destroy(region->rkey);
+        region->rkey = NULL;
+    }
+    span_pair_call(pair, &cmd, &reply, NULL);
+}
+
+ucs_status_t span_pair_refill(span_pair_t *pair, span_pair_region_t *region,
+                              unsigned seed)
+{
+    span_pair_cmd_t cmd = {.op  = SPAN_PAIR_CMD_REFILL, .id = region->id,
+                           .arg = {0, seed}};
+    span_pair_reply_t reply;
+
+    return span_pair_call(pair, &cmd, &reply, NULL);
+}
+
+size_t span_pair_check(span_pair_t *pair, span_pair_region_t *region,
+                       size_t offset, size_t length, unsigned seed)
+{
+    span_pair_cmd_t cmd = {.op  = SPAN_PAIR_CMD_CHECK, .id = region->id,
+                           .arg = {offset, length, seed}};
+    span_pair_reply_t reply;
+
+    if (span_pair_call(pair, &cmd, &reply, NULL) != UCS_OK) {
+        return SIZE_MAX;
+    }
+    return reply.value[0];
+}
+
+ucs_status_t span_pair_read64(span_pair_t *pair, span_pair_region_t *region,
+                              size_t offset, uint64_t *value)
+{
+    span_pair_cmd_t cmd = {.op  = SPAN_PAIR_CMD_READ64, .id = region->id,
+                           .arg = {offset}};
+    span_pair_reply_t reply;
+    ucs_status_t status;
+
+    status = span_pair_call(pair, &cmd, &reply, NULL);
+    *value = reply.value[0];
+    return status;
+}
+
+static ucs_status_t span_pair_flush(span_pair_t *pair, ucs_status_t status)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_t flush_status;
+
+    flush_status = span_pair_wait(pair->worker,
+                                  ucp_ep_flush_nbx(pair->ep, &param));
+    return (status != UCS_OK) ? status : flush_status;
+}
+
+ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
+                           size_t offset, const void *buf, size_t length)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_t status;
+
+    status = span_pair_wait(pair->worker,
+                            ucp_put_nbx(pair->ep, buf, length,
+                                        region->base + offset, region->rkey,
+                                        &param));
+    return span_pair_flush(pair, status);
+}
+
+ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
+                           size_t offset, void *buf, size_t length)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_t status;
+
+    status = span_pair_wait(pair->worker,
+                            ucp_get_nbx(pair->ep, buf, length,
+                                        region->base + offset, region->rkey,
+                                        &param));
+    return span_pair_flush(pair, status);
+}
+
+ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
+                              size_t offset, ucp_atomic_op_t op,
+                              uint64_t value, uint64_t compare,
+                              uint64_t *result)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_t status;
+
+    uint64_t operand = value;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype     = ucp_dt_make_contig(sizeof(uint64_t));
+    if (result != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        param.reply_buffer  = result;
+        if (op == UCP_ATOMIC_OP_CSWAP) {
+            /* UCP compares with the operand and swaps in the reply buffer */
+            operand = compare;
+            *result = value;
+        }
+    }
+    status = span_pair_wait(pair->worker,
+                            ucp_atomic_op_nbx(pair->ep, op, &operand, 1,
+                                              region->base + offset,
+                                              region->rkey, &param));
+    return span_pair_flush(pair, status);
+}
+
+size_t span_pair_tag_send(span_pair_t *pair, size_t length, unsigned seed,
+                          ucs_status_t *status)
+{
+    span_pair_cmd_t cmd = {.op = SPAN_PAIR_CMD_TAG, .arg = {length, seed}};
+    ucp_request_param_t param = {0};
+    span_pair_reply_t reply;
+    ucs_status_t recv_status;
+    void *rbuf, *rreq, *sreq;
+    size_t count = SIZE_MAX;
+    uint8_t *buf;
+
+    buf = malloc(length ? length : 1);
+    if (buf == NULL) {
+        *status = UCS_ERR_NO_MEMORY;
+        return SIZE_MAX;
+    }
+    span_pair_fill(buf, length, seed, 0);
+    if (pair->mode == SPAN_PAIR_LOOPBACK) {
+        rreq = span_pair_target_tag_post(pair->target, length, &rbuf);
+        sreq = ucp_tag_send_nbx(pair->ep, buf, length, span_pair_tag, &param);
+        *status = span_pair_wait(pair->worker, sreq);
+        count   = span_pair_target_tag_wait(pair->target, rreq, rbuf, length,
+                                            seed, &recv_status);
+        if (*status == UCS_OK) {
+            *status = recv_status;
+        }
+    } else if (!span_pair_io(pair->sock, &cmd, sizeof(cmd), 1)) {
+        sreq    = ucp_tag_send_nbx(pair->ep, buf, length, span_pair_tag,
+                                   &param);
+        *status = span_pair_wait(pair->worker, sreq);
+        if (span_pair_io(pair->sock, &reply, sizeof(reply), 0)) {
+            *status = UCS_ERR_IO_ERROR;
+        } else if (*status == UCS_OK) {
+            *status = reply.status;
+            count   = reply.value[0];
+        }
+    } else {
+        *status = UCS_ERR_IO_ERROR;
+    }
+    free(buf);
+    return count;
+}

@@ -1,0 +1,112 @@
+/*
+ * Two UCP endpoints for span-check and the UCP tests: an initiator (the
+ * calling process) and a target, either a forked process that serves
+ * commands over a socket, or, in loopback mode, the caller itself (for
+ * transports such as self that only reach their own process).
+ *
+ * The target owns the memory: it maps regions, fills them with a pattern and
+ * checks them, so every byte a test moves is verified where it landed.
+ */
+#ifndef SPAN_PAIR_H_
+#define SPAN_PAIR_H_
+
+#include <ucp/api/ucp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SPAN_PAIR_FORK,     /* target is a child process */
+    SPAN_PAIR_LOOPBACK  /* target is this process, endpoint to own worker */
+} span_pair_mode_t;
+
+typedef struct span_pair {
+    ucp_context_h    context;
+    ucp_worker_h     worker;
+    ucp_ep_h         ep;
+    span_pair_mode_t mode;
+    int              sock;      /* to the child, SPAN_PAIR_FORK only */
+    pid_t            child;
+    struct span_pair_target *target; /* SPAN_PAIR_LOOPBACK only */
+} span_pair_t;
+
+/* Memory on the target: [base, base + alloc_length) is allocated and
+ * patterned, [base + reg_offset, + reg_length) is mapped with ucp_mem_map and
+ * described by rkey (unpacked on the initiator). */
+typedef struct {
+    unsigned   id;
+    uint64_t   base;
+    size_t     alloc_length;
+    size_t     reg_offset;
+    size_t     reg_length;
+    ucp_rkey_h rkey;
+} span_pair_region_t;
+
+/* The byte at offset i of a pattern with this seed; aperiodic, so a transfer
+ * from a wrong offset is caught. */
+static inline uint8_t span_pair_pattern(unsigned seed, size_t i)
+{
+    uint64_t x = ((uint64_t)(i >> 3) ^ ((uint64_t)seed << 40)) *
+                 0x9e3779b97f4a7c15ull;
+    return (uint8_t)((x >> 32) >> ((i & 7) * 4));
+}
+
+void span_pair_fill(void *buf, size_t length, unsigned seed, size_t offset);
+
+/* Number of bytes of buf that differ from the pattern at offset. */
+size_t span_pair_mismatches(const void *buf, size_t length, unsigned seed,
+                            size_t offset);
+
+/* tls is the UCX_TLS value; features UCP_FEATURE_*. */
+ucs_status_t span_pair_start(span_pair_t *pair, span_pair_mode_t mode,
+                             const char *tls, uint64_t features);
+
+/* Returns 0 when the target exited cleanly. */
+int span_pair_stop(span_pair_t *pair);
+
+/* Writes ucp_ep_print_info into buf (lanes and transports in use). */
+void span_pair_ep_info(span_pair_t *pair, char *buf, size_t size);
+
+ucs_status_t span_pair_map(span_pair_t *pair, size_t alloc_length,
+                           size_t reg_offset, size_t reg_length, unsigned seed,
+                           span_pair_region_t *region);
+void span_pair_unmap(span_pair_t *pair, span_pair_region_t *region);
+
+/* Refill the whole allocation of a region with the pattern of seed. */
+ucs_status_t span_pair_refill(span_pair_t *pair, span_pair_region_t *region,
+                              unsigned seed);
+
+/* Mismatching bytes in [offset, offset + length) of the allocation, against
+ * the pattern of seed taken at the same offsets; SIZE_MAX on failure. */
+size_t span_pair_check(span_pair_t *pair, span_pair_region_t *region,
+                       size_t offset, size_t length, unsigned seed);
+
+/* The 64-bit word at offset of the allocation. */
+ucs_status_t span_pair_read64(span_pair_t *pair, span_pair_region_t *region,
+                              size_t offset, uint64_t *value);
+
+/* Blocking RMA and atomics on the region (offset from its allocation base);
+ * the status is the request's. */
+ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
+                           size_t offset, const void *buf, size_t length);
+ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
+                           size_t offset, void *buf, size_t length);
+ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
+                              size_t offset, ucp_atomic_op_t op,
+                              uint64_t value, uint64_t compare,
+                              uint64_t *result);
+
+/* Tagged send of a patterned buffer to the target, which receives it into a
+ * fresh buffer and counts mismatching bytes; SIZE_MAX on failure. */
+size_t span_pair_tag_send(span_pair_t *pair, size_t length, unsigned seed,
+                          ucs_status_t *status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

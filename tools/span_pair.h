@@ -48,11 +48,19 @@ typedef struct {
 
 /* The byte at offset i of a pattern with this seed; aperiodic, so a transfer
  * from a wrong offset is caught. */
+static inline uint64_t span_pair_pattern_word(unsigned seed, size_t word)
+{
+    /* splitmix64 of the word index: every byte of the word is well mixed */
+    uint64_t x = (uint64_t)word + ((uint64_t)seed << 48);
+
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 static inline uint8_t span_pair_pattern(unsigned seed, size_t i)
 {
-    uint64_t x = ((uint64_t)(i >> 3) ^ ((uint64_t)seed << 40)) *
-                 0x9e3779b97f4a7c15ull;
-    return (uint8_t)((x >> 32) >> ((i & 7) * 4));
+    return (uint8_t)(span_pair_pattern_word(seed, i >> 3) >> ((i & 7) * 8));
 }
 
 void span_pair_fill(void *buf, size_t length, unsigned seed, size_t offset);

@@ -1,0 +1,431 @@
+/*
+ * span-check: moves real bytes between two local processes over a native
+ * transport and over its span twin, and prints one table of what a user
+ * would check: did the transfer succeed, did every byte land where it
+ * should (and nowhere else), how fast was it.
+ */
+#include "span_pair.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPAN_CHECK_MAX_PAIRS 8
+#define SPAN_CHECK_MAX_ROWS  (2 * SPAN_CHECK_MAX_PAIRS * 8)
+#define SPAN_CHECK_MAX_REPS  101
+#define SPAN_CHECK_PAGE      4096ul
+#define SPAN_CHECK_SEED_OLD  11 /* what the target holds before */
+#define SPAN_CHECK_SEED_NEW  12 /* what the initiator writes */
+
+typedef struct {
+    const char *native; /* UCX_TLS of the control */
+    const char *twin;   /* UCX_TLS with the span twin */
+} span_check_tls_t;
+
+typedef struct {
+    size_t           size;
+    unsigned         reps;
+    span_check_tls_t tls[SPAN_CHECK_MAX_PAIRS];
+    unsigned         num_tls;
+} span_check_opts_t;
+
+typedef struct {
+    ucs_status_t put_status;
+    ucs_status_t get_status;
+    size_t       verified;   /* bytes compared with what they must hold */
+    size_t       wrong;      /* of those, bytes that differ */
+    double       put_gbps;   /* median; 0 where not measured */
+    double       get_gbps;
+} span_check_result_t;
+
+typedef struct {
+    const char *name;
+    void        (*run)(span_pair_t *pair, const span_check_opts_t *opts,
+                       span_check_result_t *result);
+    int         out_of_bounds; /* success is the error */
+} span_check_scenario_t;
+
+static double span_check_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + (ts.tv_nsec * 1e-9);
+}
+
+static int span_check_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double*)a, y = *(const double*)b;
+
+    return (x > y) - (x < y);
+}
+
+static double span_check_median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof(*v), span_check_cmp_double);
+    return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Puts buf to [offset, + length) reps times, then gets it back reps times;
+ * the target is checked after the puts, the local copy after the gets. */
+static void span_check_transfer(span_pair_t *pair, span_pair_region_t *region,
+                                size_t offset, size_t length, unsigned reps,
+                                span_check_result_t *result)
+{
+    double put_gbps[SPAN_CHECK_MAX_REPS], get_gbps[SPAN_CHECK_MAX_REPS];
+    uint8_t *src = malloc(length), *dst = malloc(length);
+    size_t wrong;
+    unsigned i;
+    double t;
+
+    result->put_status = result->get_status = UCS_ERR_NO_MEMORY;
+    if ((src == NULL) || (dst == NULL)) {
+        goto out;
+    }
+    span_pair_fill(src, length, SPAN_CHECK_SEED_NEW, offset);
+    for (i = 0; i < reps; ++i) {
+        t = span_check_now();
+        result->put_status = span_pair_put(pair, region, offset, src, length);
+        put_gbps[i] = length / (span_check_now() - t) / 1e9;
+        if (result->put_status != UCS_OK) {
+            goto out;
+        }
+    }
+    result->put_gbps = span_check_median(put_gbps, reps);
+
+    /* Everything the allocation holds is checked: the new bytes inside the
+     * range and the old ones around it */
+    wrong = span_pair_check(pair, region, offset, length, SPAN_CHECK_SEED_NEW);
+    wrong += span_pair_check(pair, region, 0, offset, SPAN_CHECK_SEED_OLD);
+    wrong += span_pair_check(pair, region, offset + length,
+                             region->alloc_length - offset - length,
+                             SPAN_CHECK_SEED_OLD);
+    result->verified += region->alloc_length;
+    result->wrong    += wrong;
+
+    for (i = 0; i < reps; ++i) {
+        memset(dst, 0, length);
+        t = span_check_now();
+        result->get_status = span_pair_get(pair, region, offset, dst, length);
+        get_gbps[i] = length / (span_check_now() - t) / 1e9;
+        if (result->get_status != UCS_OK) {
+            goto out;
+        }
+    }
+    result->get_gbps  = span_check_median(get_gbps, reps);
+    result->verified += length;
+    result->wrong    += span_pair_mismatches(dst, length, SPAN_CHECK_SEED_NEW,
+                                             offset);
+out:
+    free(dst);
+    free(src);
+}
+
+static void span_check_map_and_transfer(span_pair_t *pair,
+                                        size_t alloc_length, size_t reg_offset,
+                                        size_t reg_length, size_t offset,
+                                        size_t length, unsigned reps,
+                                        span_check_result_t *result)
+{
+    span_pair_region_t region;
+
+    result->put_status = span_pair_map(pair, alloc_length, reg_offset,
+                                       reg_length, SPAN_CHECK_SEED_OLD,
+                                       &region);
+    result->get_status = result->put_status;
+    if (result->put_status != UCS_OK) {
+        return;
+    }
+    span_check_transfer(pair, &region, offset, length, reps, result);
+    span_pair_unmap(pair, &region);
+}
+
+static void span_check_whole(span_pair_t *pair, const span_check_opts_t *opts,
+                             span_check_result_t *result)
+{
+    span_check_map_and_transfer(pair, opts->size, 0, opts->size, 0,
+                                opts->size, opts->reps, result);
+}
+
+/* A tensor inside a larger allocation: registered at a page inside it, moved
+ * at an odd offset inside that, so an offset dropped anywhere shows */
+static void span_check_interior(span_pair_t *pair,
+                                const span_check_opts_t *opts,
+                                span_check_result_t *result)
+{
+    size_t reg_offset = (1ul << 20) + SPAN_CHECK_PAGE;
+    size_t offset     = reg_offset + 13;
+
+    span_check_map_and_transfer(pair, opts->size + (2ul << 20), reg_offset,
+                                opts->size, offset, opts->size - 26,
+                                opts->reps, result);
+}
+
+/* 128 bytes straddling the end of a registration followed by a guard page of
+ * the same allocation: a checking transport refuses, and the target must
+ * hold exactly what it held before */
+static void span_check_out_of_bounds(span_pair_t *pair,
+                                     const span_check_opts_t *opts,
+                                     span_check_result_t *result)
+{
+    size_t alloc_length = 6 * SPAN_CHECK_PAGE;
+    size_t reg_end      = 5 * SPAN_CHECK_PAGE;
+    uint8_t buf[128];
+    span_pair_region_t region;
+
+    result->put_status = span_pair_map(pair, alloc_length, SPAN_CHECK_PAGE,
+                                       reg_end - SPAN_CHECK_PAGE,
+                                       SPAN_CHECK_SEED_OLD, &region);
+    result->get_status = result->put_status;
+    if (result->put_status != UCS_OK) {
+        return;
+    }
+    span_pair_fill(buf, sizeof(buf), SPAN_CHECK_SEED_NEW, reg_end - 64);
+    result->put_status = span_pair_put(pair, &region, reg_end - 64, buf,
+                                       sizeof(buf));
+    result->get_status = span_pair_get(pair, &region, reg_end - 64, buf,
+                                       sizeof(buf));
+    result->verified   = alloc_length;
+    result->wrong      = span_pair_check(pair, &region, 0, alloc_length,
+                                         SPAN_CHECK_SEED_OLD);
+    span_pair_unmap(pair, &region);
+}
+
+static const span_check_scenario_t span_check_scenarios[] = {
+    {"whole buffer",      span_check_whole,         0},
+    {"interior sub-range", span_check_interior,     0},
+    {"out of bounds",     span_check_out_of_bounds, 1}
+};
+
+/* The verdict of one row. For an out-of-bounds access, a refusal that left
+ * the target untouched is correct; a native transport that lets it through
+ * is the bug span exists for, reported but expected of a native. */
+static const char *span_check_verdict(const span_check_scenario_t *scenario,
+                                      const span_check_result_t *result,
+                                      int twin, int *failed)
+{
+    int ok = (result->put_status == UCS_OK) &&
+             (result->get_status == UCS_OK);
+
+    if (!scenario->out_of_bounds) {
+        *failed |= !ok || (result->wrong != 0);
+        return !ok ? "FAIL" : (result->wrong != 0) ? "FAIL: wrong bytes" :
+                                                     "ok";
+    }
+    if ((result->put_status != UCS_OK) && (result->get_status != UCS_OK) &&
+        (result->wrong == 0)) {
+        return "ok: refused";
+    }
+    if (twin) {
+        *failed = 1;
+        return "FAIL: not refused";
+    }
+    return "unchecked (native)";
+}
+
+static void span_check_gbps(char *buf, size_t size, double gbps)
+{
+    if (gbps > 0) {
+        snprintf(buf, size, "%.2f", gbps);
+    } else {
+        snprintf(buf, size, "-");
+    }
+}
+
+typedef struct {
+    const span_check_scenario_t *scenario;
+    const char                  *tls;
+    span_check_result_t         result;
+    const char                  *verdict;
+} span_check_row_t;
+
+/* Printed after the run, so that UCX's log lines (the twin's error line for
+ * a refused access is one) do not cut through the table */
+static span_check_row_t span_check_rows[SPAN_CHECK_MAX_ROWS];
+static unsigned span_check_num_rows;
+
+static void span_check_print_row(const span_check_row_t *row)
+{
+    const span_check_result_t *result = &row->result;
+    char status[64], verified[48], put[16], get[16];
+
+    if (result->put_status == result->get_status) {
+        snprintf(status, sizeof(status), "%s",
+                 ucs_status_string(result->put_status));
+    } else {
+        snprintf(status, sizeof(status), "%s / %s",
+                 ucs_status_string(result->put_status),
+                 ucs_status_string(result->get_status));
+    }
+    snprintf(verified, sizeof(verified), "%zu/%zu",
+             result->verified - result->wrong, result->verified);
+    span_check_gbps(put, sizeof(put), result->put_gbps);
+    span_check_gbps(get, sizeof(get), result->get_gbps);
+    printf("| %-18s | %-12s | %-30s | %-21s | %8s | %8s | %-18s |\n",
+           row->scenario->name, row->tls, status, verified, put, get,
+           row->verdict);
+}
+
+static void span_check_print_table(void)
+{
+    unsigned i;
+
+    printf("| %-18s | %-12s | %-30s | %-21s | %8s | %8s | %-18s |\n",
+           "scenario", "UCX_TLS", "status (put / get)", "bytes as expected",
+           "put GB/s", "get GB/s", "verdict");
+    printf("|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------",
+           "--------------", "--------------------------------",
+           "-----------------------", "----------", "----------",
+           "--------------------");
+    for (i = 0; i < span_check_num_rows; ++i) {
+        span_check_print_row(&span_check_rows[i]);
+    }
+}
+
+static int span_check_run_tls(const span_check_opts_t *opts, const char *tls,
+                              int twin)
+{
+    const span_check_scenario_t *scenario;
+    span_check_row_t *row;
+    span_pair_t pair;
+    ucs_status_t status;
+    int failed = 0;
+
+    status = span_pair_start(&pair, SPAN_PAIR_FORK, tls,
+                             UCP_FEATURE_RMA | UCP_FEATURE_AMO64);
+    if (status != UCS_OK) {
+        fprintf(stderr, "span-check: cannot start two processes over "
+                "UCX_TLS=%s: %s\n", tls, ucs_status_string(status));
+        span_pair_stop(&pair);
+        return 1;
+    }
+    for (scenario = span_check_scenarios;
+         scenario < span_check_scenarios + (sizeof(span_check_scenarios) /
+                                            sizeof(span_check_scenarios[0]));
+         ++scenario) {
+        row           = &span_check_rows[span_check_num_rows++];
+        row->scenario = scenario;
+        row->tls      = tls;
+        scenario->run(&pair, opts, &row->result);
+        row->verdict  = span_check_verdict(scenario, &row->result, twin,
+                                           &failed);
+    }
+    if (span_pair_stop(&pair) != 0) {
+        fprintf(stderr, "span-check: the target over UCX_TLS=%s did not "
+                "exit cleanly\n", tls);
+        failed = 1;
+    }
+    return failed;
+}
+
+/* UCX reads UCX_MODULE_DIR when libucs loads, before main: to point it at
+ * the plugin, span-check sets it and runs itself again. */
+static void span_check_set_module_dir(char **argv)
+{
+    char exe[PATH_MAX], dir[PATH_MAX + 64];
+    ssize_t len;
+
+    if (getenv("UCX_MODULE_DIR") != NULL) {
+        return;
+    }
+    len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) {
+        return;
+    }
+    exe[len] = '\0';
+    *strrchr(exe, '/') = '\0';
+    /* a build tree keeps the plugin in src/.libs; an install in moduledir */
+    snprintf(dir, sizeof(dir), "%s/src/.libs/libuct_span.so.0", exe);
+    if (access(dir, R_OK) == 0) {
+        *strrchr(dir, '/') = '\0';
+    } else {
+        snprintf(dir, sizeof(dir), "%s", SPAN_CHECK_MODULEDIR);
+    }
+    setenv("UCX_MODULE_DIR", dir, 1);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "span-check: cannot run itself again: %s\n",
+            strerror(errno));
+}
+
+static void span_check_usage(void)
+{
+    printf("Usage: span-check [-s SIZE_MiB] [-r REPS] [-t NATIVE_TLS:TWIN_TLS]"
+           "...\n"
+           "  -s  buffer size in MiB (default 64)\n"
+           "  -r  repetitions per transfer, the median is shown (default 5,"
+           " at most %d)\n"
+           "  -t  a UCX_TLS pair to compare (default posix,cma:posix,cma+);"
+           " repeatable\n"
+           "Exit status: 0 when every twin row is correct.\n",
+           SPAN_CHECK_MAX_REPS);
+}
+
+static int span_check_parse(int argc, char **argv, span_check_opts_t *opts)
+{
+    char *colon;
+    int c;
+
+    opts->size = 64ul << 20;
+    opts->reps = 5;
+    while ((c = getopt(argc, argv, "s:r:t:h")) != -1) {
+        switch (c) {
+        case 's':
+            opts->size = strtoul(optarg, NULL, 0) << 20;
+            break;
+        case 'r':
+            opts->reps = strtoul(optarg, NULL, 0);
+            break;
+        case 't':
+            colon = strchr(optarg, ':');
+            if ((colon == NULL) || (opts->num_tls == SPAN_CHECK_MAX_PAIRS)) {
+                span_check_usage();
+                return -1;
+            }
+            *colon                           = '\0';
+            opts->tls[opts->num_tls].native  = optarg;
+            opts->tls[opts->num_tls++].twin = colon + 1;
+            break;
+        default:
+            span_check_usage();
+            return -1;
+        }
+    }
+    if ((opts->size == 0) || (opts->reps == 0) ||
+        (opts->reps > SPAN_CHECK_MAX_REPS)) {
+        span_check_usage();
+        return -1;
+    }
+    if (opts->num_tls == 0) {
+        opts->tls[0].native = "posix,cma";
+        opts->tls[0].twin   = "posix,cma+";
+        opts->num_tls       = 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    span_check_opts_t opts = {0};
+    int failed             = 0;
+    unsigned i;
+
+    span_check_set_module_dir(argv);
+    if (span_check_parse(argc, argv, &opts) != 0) {
+        return 2;
+    }
+    printf("span-check: %zu MiB, median of %u, two processes, "
+           "UCX_MODULE_DIR=%s\n", opts.size >> 20, opts.reps,
+           getenv("UCX_MODULE_DIR"));
+    for (i = 0; i < opts.num_tls; ++i) {
+        failed |= span_check_run_tls(&opts, opts.tls[i].native, 0);
+        failed |= span_check_run_tls(&opts, opts.tls[i].twin, 1);
+    }
+    printf("\n");
+    span_check_print_table();
+    return failed;
+}

@@ -1,0 +1,320 @@
+/*
+ * Per-operation cost of a twin: put_short and get_bcopy of 8 bytes over
+ * `self` and `self+` in one process, runs interleaved, medians compared.
+ * Written for the project because UCT-level ucx_perftest cannot drive a twin
+ * (it allocates through the inner MD; README, known limitations).
+ *
+ * Usage: span_bench_uct [OPS_PER_RUN [RUNS]]; needs UCX_MODULE_DIR.
+ */
+#include <uct/api/uct.h>
+#include <ucs/async/async_fwd.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SPAN_BENCH_MAX_RUNS 99
+#define SPAN_BENCH_BUF_SIZE 4096
+
+typedef struct {
+    const char          *tl;
+    uct_component_h     component;
+    uct_md_h            md;
+    ucs_async_context_t *async;
+    uct_worker_h        worker;
+    uct_iface_h         iface;
+    uct_ep_h            ep;
+    uint8_t             buf[SPAN_BENCH_BUF_SIZE];
+    uct_mem_h           memh;
+    uct_rkey_bundle_t   rkey;
+    int                 rkey_unpacked;
+} span_bench_t;
+
+static double span_bench_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + (ts.tv_nsec * 1e-9);
+}
+
+static uct_component_h span_bench_component(const char *name)
+{
+    uct_component_h *components, found = NULL;
+    uct_component_attr_t attr;
+    unsigned i, count;
+
+    if (uct_query_components(&components, &count) != UCS_OK) {
+        return NULL;
+    }
+    for (i = 0; i < count; ++i) {
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
+            !strcmp(attr.name, name)) {
+            found = components[i];
+        }
+    }
+    uct_release_component_list(components);
+    return found;
+}
+
+static ucs_status_t span_bench_open_md(span_bench_t *b)
+{
+    uct_md_config_t *config;
+    ucs_status_t status;
+    int twin = (b->tl[strlen(b->tl) - 1] == '+');
+
+    b->component = span_bench_component(twin ? "span" : b->tl);
+    if (b->component == NULL) {
+        fprintf(stderr, "no component for %s (is UCX_MODULE_DIR set?)\n",
+                b->tl);
+        return UCS_ERR_NO_DEVICE;
+    }
+    status = uct_md_config_read(b->component, NULL, NULL, &config);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = uct_md_open(b->component, b->tl, config, &b->md);
+    uct_config_release(config);
+    return status;
+}
+
+static ucs_status_t span_bench_open_iface(span_bench_t *b)
+{
+    uct_iface_params_t params = {0};
+    uct_iface_config_t *config;
+    ucs_status_t status;
+
+    status = ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
+                                      &b->async);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = uct_worker_create(b->async, UCS_THREAD_MODE_SINGLE, &b->worker);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = uct_md_iface_config_read(b->md, b->tl, NULL, NULL, &config);
+    if (status != UCS_OK) {
+        return status;
+    }
+    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                                  UCT_IFACE_PARAM_FIELD_DEVICE;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = b->tl;
+    params.mode.device.dev_name = "memory";
+    status = uct_iface_open(b->md, b->worker, &params, config, &b->iface);
+    uct_config_release(config);
+    return status;
+}
+
+static ucs_status_t span_bench_connect(span_bench_t *b)
+{
+    uct_ep_params_t params = {0};
+    char dev[256], iface[256];
+    uct_iface_attr_t attr;
+    ucs_status_t status;
+
+    status = uct_iface_query(b->iface, &attr);
+    if ((status != UCS_OK) || (attr.device_addr_len > sizeof(dev)) ||
+        (attr.iface_addr_len > sizeof(iface))) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if ((uct_iface_get_device_address(b->iface, (void*)dev) != UCS_OK) ||
+        (uct_iface_get_address(b->iface, (void*)iface) != UCS_OK)) {
+        return UCS_ERR_IO_ERROR;
+    }
+    params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                        UCT_EP_PARAM_FIELD_DEV_ADDR |
+                        UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    params.iface      = b->iface;
+    params.dev_addr   = (uct_device_addr_t*)dev;
+    params.iface_addr = (uct_iface_addr_t*)iface;
+    return uct_ep_create(&params, &b->ep);
+}
+
+static ucs_status_t span_bench_register(span_bench_t *b)
+{
+    uint8_t rkey_buf[256];
+    uct_md_attr_t attr;
+    ucs_status_t status;
+
+    status = uct_md_query(b->md, &attr);
+    if ((status != UCS_OK) || (attr.rkey_packed_size > sizeof(rkey_buf))) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    status = uct_md_mem_reg(b->md, b->buf, sizeof(b->buf),
+                            UCT_MD_MEM_ACCESS_ALL, &b->memh);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = uct_md_mkey_pack(b->md, b->memh, rkey_buf);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = uct_rkey_unpack(b->component, rkey_buf, &b->rkey);
+    b->rkey_unpacked = (status == UCS_OK);
+    return status;
+}
+
+static ucs_status_t span_bench_open(span_bench_t *b, const char *tl)
+{
+    ucs_status_t status;
+
+    memset(b, 0, sizeof(*b));
+    b->tl  = tl;
+    status = span_bench_open_md(b);
+    if (status == UCS_OK) {
+        status = span_bench_open_iface(b);
+    }
+    if (status == UCS_OK) {
+        status = span_bench_connect(b);
+    }
+    if (status == UCS_OK) {
+        status = span_bench_register(b);
+    }
+    if (status != UCS_OK) {
+        fprintf(stderr, "cannot set up %s: %s\n", tl,
+                ucs_status_string(status));
+    }
+    return status;
+}
+
+static void span_bench_close(span_bench_t *b)
+{
+    if (b->rkey_unpacked) {
+        uct_rkey_release(b->component, &b->rkey);
+    }
+    if (b->memh != NULL) {
+        uct_md_mem_dereg(b->md, b->memh);
+    }
+    if (b->ep != NULL) {
+        uct_ep_destroy(b->ep);
+    }
+    if (b->iface != NULL) {
+        uct_iface_close(b->iface);
+    }
+    if (b->worker != NULL) {
+        uct_worker_destroy(b->worker);
+    }
+    if (b->async != NULL) {
+        ucs_async_context_destroy(b->async);
+    }
+    if (b->md != NULL) {
+        uct_md_close(b->md);
+    }
+}
+
+static void span_bench_unpack(void *arg, const void *data, size_t length)
+{
+    memcpy(arg, data, length);
+}
+
+/* ns per op; negative when an op failed or moved the wrong bytes */
+static double span_bench_put_short(span_bench_t *b, unsigned long ops)
+{
+    uint64_t remote = (uintptr_t)b->buf + 64, value = 0;
+    unsigned long i;
+    double t = span_bench_now();
+
+    for (i = 0; i < ops; ++i) {
+        value = i;
+        if (uct_ep_put_short(b->ep, &value, sizeof(value), remote,
+                             b->rkey.rkey) != UCS_OK) {
+            return -1;
+        }
+    }
+    t = span_bench_now() - t;
+    return memcmp(b->buf + 64, &value, sizeof(value)) ? -1 : t * 1e9 / ops;
+}
+
+static double span_bench_get_bcopy(span_bench_t *b, unsigned long ops)
+{
+    uint64_t remote = (uintptr_t)b->buf + 64, value = 0;
+    unsigned long i;
+    double t;
+
+    memcpy(b->buf + 64, &ops, sizeof(ops));
+    t = span_bench_now();
+    for (i = 0; i < ops; ++i) {
+        /* self completes a get_bcopy before returning: no completion */
+        if (uct_ep_get_bcopy(b->ep, span_bench_unpack, &value, sizeof(value),
+                             remote, b->rkey.rkey, NULL) != UCS_OK) {
+            return -1;
+        }
+    }
+    t = span_bench_now() - t;
+    return (value != ops) ? -1 : t * 1e9 / ops;
+}
+
+static int span_bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double*)a, y = *(const double*)b;
+
+    return (x > y) - (x < y);
+}
+
+static double span_bench_median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof(*v), span_bench_cmp);
+    return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+typedef double (*span_bench_op_t)(span_bench_t *b, unsigned long ops);
+
+static int span_bench_compare(const char *name, span_bench_op_t op,
+                              span_bench_t *native, span_bench_t *twin,
+                              unsigned long ops, unsigned runs)
+{
+    double n[SPAN_BENCH_MAX_RUNS], t[SPAN_BENCH_MAX_RUNS], mn, mt;
+    unsigned r;
+
+    op(native, ops / 10); /* warm up both */
+    op(twin, ops / 10);
+    for (r = 0; r < runs; ++r) {
+        n[r] = op(native, ops);
+        t[r] = op(twin, ops);
+        if ((n[r] < 0) || (t[r] < 0)) {
+            fprintf(stderr, "%s failed or moved wrong bytes in run %u\n",
+                    name, r);
+            return 1;
+        }
+    }
+    mn = span_bench_median(n, runs);
+    mt = span_bench_median(t, runs);
+    printf("| %-16s | %10.2f | %10.2f | %+9.2f | %6.3f |\n", name, mn, mt,
+           mt - mn, mt / mn);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long ops = (argc > 1) ? strtoul(argv[1], NULL, 0) : 2000000;
+    unsigned runs     = (argc > 2) ? strtoul(argv[2], NULL, 0) : 11;
+    span_bench_t native, twin;
+    int failed;
+
+    if ((ops < 10) || (runs == 0) || (runs > SPAN_BENCH_MAX_RUNS)) {
+        fprintf(stderr, "usage: %s [OPS_PER_RUN >= 10 [RUNS <= %d]]\n",
+                argv[0], SPAN_BENCH_MAX_RUNS);
+        return 2;
+    }
+    if ((span_bench_open(&native, "self") != UCS_OK) ||
+        (span_bench_open(&twin, "self+") != UCS_OK)) {
+        return 1;
+    }
+    printf("8-byte ops, %lu per run, median of %u interleaved runs\n\n", ops,
+           runs);
+    printf("| %-16s | %10s | %10s | %9s | %6s |\n", "op", "self ns",
+           "self+ ns", "delta ns", "ratio");
+    printf("|------------------|------------|------------|-----------|--------|"
+           "\n");
+    failed  = span_bench_compare("put_short", span_bench_put_short, &native,
+                                 &twin, ops, runs);
+    failed |= span_bench_compare("get_bcopy", span_bench_get_bcopy, &native,
+                                 &twin, ops, runs);
+    span_bench_close(&twin);
+    span_bench_close(&native);
+    return failed;
+}

@@ -118,12 +118,25 @@ TEST(span_rkey, future_version_is_unsupported)
 
 TEST(span_rkey, inner_size_past_buffer_is_refused)
 {
-    auto buf = make_key(8);
-    buf[2]   = 0xff; /* inner_size = 255 + ..., beyond the buffer */
-    buf[3]   = 0x00;
-    span_rkey_desc_t desc;
+    /* a key whose header claims more inner bytes than the buffer holds, with
+     * valid checksums: only the size check stands between it and an
+     * over-read */
+    std::vector<uint8_t> buf(4096, 0x11);
+    span_rkey_desc_t desc = {}, parsed;
+    desc.component_id     = span_rkey_component_id("cma");
+    desc.base             = 0x1000;
+    desc.length           = 4096;
+    desc.inner_size       = 200;
+    span_rkey_seal(buf.data(), &desc);
+    ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), buf.size(), &parsed));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_rkey_parse(buf.data(), SPAN_RKEY_HDR_SIZE + 8, &desc));
+              span_rkey_parse(buf.data(), SPAN_RKEY_HDR_SIZE + 199, &parsed));
+
+    /* past what any span key may be, whatever the buffer */
+    desc.inner_size = SPAN_RKEY_MAX_INNER + 1;
+    span_rkey_seal(buf.data(), &desc);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              span_rkey_parse(buf.data(), buf.size(), &parsed));
 }
 
 TEST(span_rkey, empty_or_wrapping_extent_is_refused)

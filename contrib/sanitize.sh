@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds a copy of the committed tree with a sanitizer and runs make check.
+#   ./contrib/sanitize.sh [address|thread] [BUILD_DIR]
+# address: ASan + UBSan, leaks included; thread: TSan.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+kind=${1:-address}
+dir=${2:-/tmp/span-$kind}
+case $kind in
+address) san=address,undefined ;;
+thread)  san=thread ;;
+*) echo "usage: $0 [address|thread] [BUILD_DIR]" >&2; exit 2 ;;
+esac
+
+"$top/contrib/setup.sh"
+rm -rf "$dir"
+mkdir -p "$dir"
+git -C "$top" archive HEAD | tar -x -C "$dir"
+cd "$dir"
+flags="-g -O1 -fno-omit-frame-pointer -fsanitize=$san"
+./autogen.sh >/dev/null
+./configure -q --with-ucx="$top/.deps/ucx" CFLAGS="$flags" \
+    CXXFLAGS="$flags" LDFLAGS="-fsanitize=$san"
+export ASAN_OPTIONS="suppressions=$top/contrib/asan.supp:detect_leaks=1:abort_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+make -j"$(nproc)" check

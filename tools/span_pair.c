@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,7 +108,7 @@ static int span_pair_io(int fd, void *buf, size_t length, int out)
     ssize_t ret;
 
     while (length > 0) {
-        ret = out ? write(fd, p, length) : read(fd, p, length);
+        ret = out ? send(fd, p, length, MSG_NOSIGNAL) : read(fd, p, length);
         if (ret <= 0) {
             if ((ret < 0) && (errno == EINTR)) {
                 continue;
@@ -128,6 +130,48 @@ static ucs_status_t span_pair_wait(ucp_worker_h worker, void *request)
     }
     while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
         ucp_worker_progress(worker);
+    }
+    ucp_request_free(request);
+    return status;
+}
+
+/* Whether the target process died: reaps it, so that a wait on a request it
+ * would have answered ends instead of spinning forever */
+static int span_pair_target_gone(span_pair_t *pair)
+{
+    int wstatus;
+
+    if ((pair->mode != SPAN_PAIR_FORK) || pair->target_dead) {
+        return pair->target_dead;
+    }
+    if ((pair->child > 0) &&
+        (waitpid(pair->child, &wstatus, WNOHANG) == pair->child)) {
+        fprintf(stderr, "span_pair: target process %d died (%s %d)\n",
+                (int)pair->child, WIFSIGNALED(wstatus) ? "signal" : "exit",
+                WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) :
+                                       WEXITSTATUS(wstatus));
+        pair->child       = -1;
+        pair->target_dead = 1;
+    }
+    return pair->target_dead;
+}
+
+/* The initiator's wait: like span_pair_wait, but gives up when the target
+ * is gone */
+static ucs_status_t span_pair_wait_target(span_pair_t *pair, void *request)
+{
+    ucs_status_t status;
+    unsigned spins = 0;
+
+    if (!UCS_PTR_IS_PTR(request)) {
+        return UCS_PTR_STATUS(request);
+    }
+    while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+        ucp_worker_progress(pair->worker);
+        if (((++spins % 4096) == 0) && span_pair_target_gone(pair)) {
+            status = UCS_ERR_CONNECTION_RESET;
+            break;
+        }
     }
     ucp_request_free(request);
     return status;
@@ -425,14 +469,21 @@ static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
     ucs_status_t status = UCS_ERR_IO_ERROR;
     uint64_t length;
     void *address;
+    pid_t parent;
     int fds[2];
 
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
         return UCS_ERR_IO_ERROR;
     }
     fflush(NULL);
+    parent      = getpid();
     pair->child = fork();
     if (pair->child == 0) {
+        /* a target outliving a crashed initiator would spin forever */
+        if ((prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ||
+            (getppid() != parent)) {
+            _exit(1);
+        }
         close(fds[0]);
         _exit(span_pair_target_serve(fds[1], tls, features));
     }
@@ -499,11 +550,11 @@ static void span_pair_ep_close(span_pair_t *pair)
     }
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags        = 0; /* flush */
-    if (span_pair_wait(pair->worker, ucp_ep_close_nbx(pair->ep, &param)) !=
+    if (span_pair_wait_target(pair, ucp_ep_close_nbx(pair->ep, &param)) !=
         UCS_OK) {
         /* the endpoint failed (e.g. after a refused access): drop it */
         param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        span_pair_wait(pair->worker, ucp_ep_close_nbx(pair->ep, &param));
+        span_pair_wait_target(pair, ucp_ep_close_nbx(pair->ep, &param));
     }
     pair->ep = NULL;
 }
@@ -525,6 +576,9 @@ int span_pair_stop(span_pair_t *pair)
         close(pair->sock);
         rc = (waitpid(pair->child, &wstatus, 0) != pair->child) ||
              !WIFEXITED(wstatus) || (WEXITSTATUS(wstatus) != 0);
+    } else if (pair->target_dead) {
+        close(pair->sock);
+        rc = 1;
     }
     if (pair->worker != NULL) {
         ucp_worker_destroy(pair->worker);
@@ -627,8 +681,8 @@ static ucs_status_t span_pair_flush(span_pair_t *pair, ucs_status_t status)
     ucp_request_param_t param = {0};
     ucs_status_t flush_status;
 
-    flush_status = span_pair_wait(pair->worker,
-                                  ucp_ep_flush_nbx(pair->ep, &param));
+    flush_status = span_pair_wait_target(pair,
+                                         ucp_ep_flush_nbx(pair->ep, &param));
     return (status != UCS_OK) ? status : flush_status;
 }
 
@@ -638,10 +692,9 @@ ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
     ucp_request_param_t param = {0};
     ucs_status_t status;
 
-    status = span_pair_wait(pair->worker,
-                            ucp_put_nbx(pair->ep, buf, length,
-                                        region->base + offset, region->rkey,
-                                        &param));
+    status = span_pair_wait_target(
+            pair, ucp_put_nbx(pair->ep, buf, length,
+                              region->base + offset, region->rkey, &param));
     return span_pair_flush(pair, status);
 }
 
@@ -651,10 +704,9 @@ ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
     ucp_request_param_t param = {0};
     ucs_status_t status;
 
-    status = span_pair_wait(pair->worker,
-                            ucp_get_nbx(pair->ep, buf, length,
-                                        region->base + offset, region->rkey,
-                                        &param));
+    status = span_pair_wait_target(
+            pair, ucp_get_nbx(pair->ep, buf, length,
+                              region->base + offset, region->rkey, &param));
     return span_pair_flush(pair, status);
 }
 
@@ -679,10 +731,10 @@ ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
             *result = value;
         }
     }
-    status = span_pair_wait(pair->worker,
-                            ucp_atomic_op_nbx(pair->ep, op, &operand, 1,
-                                              region->base + offset,
-                                              region->rkey, &param));
+    status = span_pair_wait_target(
+            pair, ucp_atomic_op_nbx(pair->ep, op, &operand, 1,
+                                    region->base + offset, region->rkey,
+                                    &param));
     return span_pair_flush(pair, status);
 }
 
@@ -706,7 +758,7 @@ size_t span_pair_tag_send(span_pair_t *pair, size_t length, unsigned seed,
     if (pair->mode == SPAN_PAIR_LOOPBACK) {
         rreq = span_pair_target_tag_post(pair->target, length, &rbuf);
         sreq = ucp_tag_send_nbx(pair->ep, buf, length, span_pair_tag, &param);
-        *status = span_pair_wait(pair->worker, sreq);
+        *status = span_pair_wait_target(pair, sreq);
         count   = span_pair_target_tag_wait(pair->target, rreq, rbuf, length,
                                             seed, &recv_status);
         if (*status == UCS_OK) {
@@ -715,7 +767,7 @@ size_t span_pair_tag_send(span_pair_t *pair, size_t length, unsigned seed,
     } else if (!span_pair_io(pair->sock, &cmd, sizeof(cmd), 1)) {
         sreq    = ucp_tag_send_nbx(pair->ep, buf, length, span_pair_tag,
                                    &param);
-        *status = span_pair_wait(pair->worker, sreq);
+        *status = span_pair_wait_target(pair, sreq);
         if (span_pair_io(pair->sock, &reply, sizeof(reply), 0)) {
             *status = UCS_ERR_IO_ERROR;
         } else if (*status == UCS_OK) {

@@ -31,6 +31,7 @@ typedef struct span_pair {
     span_pair_mode_t mode;
     int              sock;      /* to the child, SPAN_PAIR_FORK only */
     pid_t            child;
+    int              target_dead; /* the child died before it was stopped */
     struct span_pair_target *target; /* SPAN_PAIR_LOOPBACK only */
 } span_pair_t;
 

@@ -46,13 +46,6 @@ static ucs_config_global_list_entry_t span_global_config_entry = {
     .size   = sizeof(span_global_config_t),
 };
 
-static ucs_config_field_t span_md_config_table[] = {
-    {"", "", NULL, ucs_offsetof(span_md_config_t, super),
-     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
-
-    {NULL}
-};
-
 static pthread_once_t span_twins_once = PTHREAD_ONCE_INIT;
 
 static int span_transport_allowed(const ucs_config_allow_list_t *allow,
@@ -200,13 +193,66 @@ uct_component_t *span_component_find_inner(uint32_t component_id)
     return NULL;
 }
 
+void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
+                            size_t length, uint64_t avail)
+{
+    ucs_error("span: remote access [0x%" PRIx64 ", +%zu) crosses a chunk "
+              "or unit end %" PRIu64 " bytes in (rkey %p, chunks of %" PRIu64
+              ", units of %" PRIu64 "); only zcopy ops are split", addr,
+              length, avail, rkey, rkey->geom.chunk_size,
+              rkey->geom.unit_size);
+}
+
+static void span_rkey_release_inner(span_rkey_t *rkey, uint32_t count)
+{
+    while (rkey->inner_unpacked && (count-- > 0)) {
+        rkey->inner_component->rkey_release(rkey->inner_component,
+                                            rkey->inner[count].rkey,
+                                            rkey->inner[count].handle);
+    }
+}
+
+/* Unpacks the inner key of every chunk; an empty inner key once, shared */
+static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
+                                           const span_rkey_desc_t *desc,
+                                           const uct_rkey_unpack_params_t *params)
+{
+    uint8_t key[SPAN_RKEY_MAX_KEY];
+    ucs_status_t status;
+    uint32_t i;
+
+    for (i = 0; i < rkey->num_inner; ++i) {
+        span_rkey_key(desc, i, key);
+        status = rkey->inner_component->rkey_unpack(rkey->inner_component,
+                                                    key, params,
+                                                    &rkey->inner[i].rkey,
+                                                    &rkey->inner[i].handle);
+        if ((status == UCS_ERR_UNSUPPORTED) && (desc->key_size == 0)) {
+            /* nothing to unpack (self) */
+            rkey->inner[i].rkey = UCT_INVALID_RKEY;
+            return UCS_OK;
+        } else if (status != UCS_OK) {
+            ucs_error("span: %s failed to unpack the %zu-byte inner key of "
+                      "chunk %u/%u: %s", rkey->inner_component->name,
+                      desc->key_size, i + 1, rkey->num_inner,
+                      ucs_status_string(status));
+            span_rkey_release_inner(rkey, i);
+            return status;
+        }
+        rkey->inner_unpacked = 1;
+    }
+    return UCS_OK;
+}
+
 static ucs_status_t span_rkey_unpack(uct_component_t *component,
                                      const void *buffer,
                                      const uct_rkey_unpack_params_t *params,
                                      uct_rkey_t *rkey_p, void **handle_p)
 {
+    uct_component_t *inner_component;
     span_rkey_desc_t desc;
     span_rkey_t *rkey;
+    uint32_t num_inner;
     ucs_status_t status;
 
     /* UCP does not pass the buffer's length; the format bounds it */
@@ -215,62 +261,44 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
         return status;
     }
 
-    rkey = calloc(1, sizeof(*rkey));
-    if (rkey == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-
-    rkey->base            = desc.base;
-    rkey->length          = desc.length;
-    rkey->inner           = UCT_INVALID_RKEY;
-    rkey->inner_component = span_component_find_inner(desc.component_id);
-    if (rkey->inner_component == NULL) {
+    inner_component = span_component_find_inner(desc.component_id);
+    if (inner_component == NULL) {
         ucs_error("span rkey %p: inner component id 0x%x is not loaded in "
                   "this process (does the peer use a transport this one "
                   "lacks?)", buffer, desc.component_id);
-        status = UCS_ERR_UNREACHABLE;
-        goto err_free;
+        return UCS_ERR_UNREACHABLE;
     }
 
-    /* An inner key of 0 bytes may still unpack to something (self: 0) */
-    status = rkey->inner_component->rkey_unpack(rkey->inner_component,
-                                                desc.inner, params,
-                                                &rkey->inner,
-                                                &rkey->inner_handle);
-    if ((status == UCS_ERR_UNSUPPORTED) && (desc.inner_size == 0)) {
-        rkey->inner = UCT_INVALID_RKEY;
-    } else if (status != UCS_OK) {
-        ucs_error("span rkey %p: %s failed to unpack its %zu-byte inner "
-                  "key: %s", buffer, rkey->inner_component->name,
-                  desc.inner_size, ucs_status_string(status));
-        goto err_free;
-    } else {
-        rkey->inner_unpacked = 1;
+    num_inner = (desc.key_size == 0) ? 1 : desc.geom.num_chunks;
+    rkey      = calloc(1, sizeof(*rkey) + (num_inner * sizeof(rkey->inner[0])));
+    if (rkey == NULL) {
+        ucs_error("span rkey %p: no memory for %u inner keys", buffer,
+                  num_inner);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    rkey->geom            = desc.geom;
+    rkey->inner_component = inner_component;
+    rkey->num_inner       = num_inner;
+    status = span_rkey_unpack_inner(rkey, &desc, params);
+    if (status != UCS_OK) {
+        free(rkey);
+        return status;
     }
 
     *rkey_p   = (uintptr_t)rkey;
     *handle_p = NULL;
     return UCS_OK;
-
-err_free:
-    free(rkey);
-    return status;
 }
 
 static ucs_status_t span_rkey_release(uct_component_t *component,
                                       uct_rkey_t rkey, void *handle)
 {
-    span_rkey_t *srkey  = (span_rkey_t*)rkey;
-    ucs_status_t status = UCS_OK;
+    span_rkey_t *srkey = (span_rkey_t*)rkey;
 
-    if (srkey->inner_unpacked) {
-        status = srkey->inner_component->rkey_release(srkey->inner_component,
-                                                      srkey->inner,
-                                                      srkey->inner_handle);
-    }
-
+    span_rkey_release_inner(srkey, srkey->num_inner);
     free(srkey);
-    return status;
+    return UCS_OK;
 }
 
 static ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
@@ -278,13 +306,19 @@ static ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
                                   void **local_addr_p)
 {
     span_rkey_t *srkey = (span_rkey_t*)rkey;
+    uint32_t index     = 0;
     ucs_status_t status;
+    uint64_t avail;
 
     /* UCP tries every MD and stops at UCS_ERR_INVALID_ADDR: the extent is
      * checked only where the inner component can map the address at all */
+    if ((remote_addr - srkey->geom.base) < srkey->geom.length) {
+        index = span_chunk_find(&srkey->geom, remote_addr, &avail);
+        index = (srkey->num_inner == 1) ? 0 : index;
+    }
     status = srkey->inner_component->rkey_ptr(srkey->inner_component,
-                                              srkey->inner,
-                                              srkey->inner_handle,
+                                              srkey->inner[index].rkey,
+                                              srkey->inner[index].handle,
                                               remote_addr, local_addr_p);
     if ((status == UCS_OK) && !span_rkey_check(srkey, remote_addr, 0)) {
         return UCS_ERR_INVALID_ADDR;
@@ -304,6 +338,8 @@ static ucs_status_t span_rkey_compare(uct_component_t *component,
 {
     const span_rkey_t *a = (const span_rkey_t*)rkey1;
     const span_rkey_t *b = (const span_rkey_t*)rkey2;
+    ucs_status_t status;
+    uint32_t i;
 
     if ((params->field_mask != 0) || (result == NULL)) {
         return UCS_ERR_INVALID_PARAM;
@@ -312,14 +348,23 @@ static ucs_status_t span_rkey_compare(uct_component_t *component,
     *result = span_rkey_cmp_u64((uintptr_t)a->inner_component,
                                 (uintptr_t)b->inner_component);
     if (*result == 0) {
-        *result = span_rkey_cmp_u64(a->base, b->base);
+        *result = span_rkey_cmp_u64(a->geom.base, b->geom.base);
     }
     if (*result == 0) {
-        *result = span_rkey_cmp_u64(a->length, b->length);
+        *result = span_rkey_cmp_u64(a->geom.length, b->geom.length);
     }
-    if ((*result == 0) && a->inner_unpacked) {
-        return a->inner_component->rkey_compare(a->inner_component, a->inner,
-                                                b->inner, params, result);
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);
+    }
+    for (i = 0; (*result == 0) && a->inner_unpacked && (i < a->num_inner);
+         ++i) {
+        status = a->inner_component->rkey_compare(a->inner_component,
+                                                  a->inner[i].rkey,
+                                                  b->inner[i].rkey, params,
+                                                  result);
+        if (status != UCS_OK) {
+            return status;
+        }
     }
     return UCS_OK;
 }

@@ -11,14 +11,13 @@
  */
 #include "span_iface.h"
 #include "span_md.h"
+#include "span_split.h"
 
 #include <ucs/sys/string.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Local iovs are translated on the stack; the twin advertises no more */
-#define SPAN_IOV_MAX            64
 /* Twin ifaces open at once in a process; a power of 2 */
 #define SPAN_IFACE_TABLE_SIZE   1024
 #define SPAN_IFACE_TOMBSTONE    ((uct_iface_h)(uintptr_t)1)
@@ -30,7 +29,12 @@ typedef struct span_tl {
 } span_tl_t;
 
 typedef struct span_iface {
-    uct_iface_ops_t ops; /* the inner transport's, as opened */
+    uct_iface_ops_t    ops;       /* the inner transport's, as opened */
+    uint64_t           max_op;    /* chunk overlap: ops of at most this many
+                                     bytes fit in a chunk; 0: no chunks */
+    size_t             put_max_iov;
+    size_t             get_max_iov;
+    span_split_queue_t queue;
 } span_iface_t;
 
 /*
@@ -122,22 +126,46 @@ static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
     return (const span_rkey_t*)rkey;
 }
 
-/* Copies iov with inner memhs; returns the bytes it covers, or SIZE_MAX */
+/* Copies iov with inner memhs; the bytes it covers, or SIZE_MAX when an
+ * entry crosses a local chunk end (or there are too many entries) */
 static UCS_F_ALWAYS_INLINE size_t
 span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
 {
     size_t i, total = 0;
+    uint64_t avail;
 
     if (ucs_unlikely(iovcnt > SPAN_IOV_MAX)) {
-        ucs_error("span: %zu iov entries, at most %d are supported", iovcnt,
-                  SPAN_IOV_MAX);
         return SIZE_MAX;
     }
 
     for (i = 0; i < iovcnt; ++i) {
         dst[i]      = src[i];
-        dst[i].memh = span_memh_inner(src[i].memh);
-        total      += src[i].length * src[i].count;
+        dst[i].memh = span_memh_inner(src[i].memh, src[i].buffer, &avail);
+        if (ucs_unlikely((src[i].count > 0) &&
+                         ((src[i].stride * (src[i].count - 1)) +
+                          src[i].length > avail))) {
+            return SIZE_MAX;
+        }
+        total += src[i].length * src[i].count;
+    }
+    return total;
+}
+
+/* For ops that cannot be split (AM, tag): an iov the translation refused */
+static ucs_status_t span_iov_refused(const uct_iov_t *iov, size_t iovcnt)
+{
+    ucs_error("span: an iov of %zu entries from %p is longer than %d "
+              "entries or crosses a chunk end, which this op cannot split",
+              iovcnt, (iovcnt > 0) ? iov[0].buffer : NULL, SPAN_IOV_MAX);
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
+{
+    size_t i, total = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        total += iov[i].length * iov[i].count;
     }
     return total;
 }
@@ -146,11 +174,15 @@ static ucs_status_t span_ep_put_short(uct_ep_h ep, const void *buffer,
                                       unsigned length, uint64_t remote_addr,
                                       uct_rkey_t rkey)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, length, &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
-    return span_iface_get(ep->iface)->ops.ep_put_short(
-            ep, buffer, length, remote_addr, span_rkey(rkey)->inner);
+    return span_iface_get(ep->iface)->ops.ep_put_short(ep, buffer, length,
+                                                       remote_addr, inner);
 }
 
 typedef struct span_put_bcopy_ctx {
@@ -158,14 +190,15 @@ typedef struct span_put_bcopy_ctx {
     void               *arg;
     const span_rkey_t  *rkey;
     uint64_t            remote_addr;
-    int                 out_of_bounds;
+    uint64_t            avail;   /* bytes of the chunk from remote_addr */
+    ucs_status_t        status;
 } span_put_bcopy_ctx_t;
 
 /*
  * The length of a bcopy put is known only once it is packed. A transport
- * that packs into a bounce buffer then sends nothing past the extent; one
- * that packs in place (self) has written it already, so the start address
- * is checked before, too.
+ * that packs into a bounce buffer then sends nothing past the extent or the
+ * chunk; one that packs in place (self) has written it already, so the
+ * start address is checked before, too.
  */
 static size_t span_put_bcopy_pack(void *dest, void *arg)
 {
@@ -173,7 +206,13 @@ static size_t span_put_bcopy_pack(void *dest, void *arg)
     size_t length             = ctx->pack_cb(dest, ctx->arg);
 
     if (ucs_unlikely(!span_rkey_check(ctx->rkey, ctx->remote_addr, length))) {
-        ctx->out_of_bounds = 1;
+        ctx->status = UCS_ERR_INVALID_ADDR;
+        return 0;
+    }
+    if (ucs_unlikely(length > ctx->avail)) {
+        span_rkey_log_crossing(ctx->rkey, ctx->remote_addr, length,
+                               ctx->avail);
+        ctx->status = UCS_ERR_UNSUPPORTED;
         return 0;
     }
     return length;
@@ -183,41 +222,74 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
                                  void *arg, uint64_t remote_addr,
                                  uct_rkey_t rkey)
 {
-    span_put_bcopy_ctx_t ctx = {pack_cb, arg, span_rkey(rkey), remote_addr, 0};
+    span_put_bcopy_ctx_t ctx = {pack_cb, arg, span_rkey(rkey), remote_addr, 0,
+                                UCS_OK};
+    uct_rkey_t inner;
     ssize_t ret;
 
     if (ucs_unlikely(!span_rkey_check(ctx.rkey, remote_addr, 1))) {
         return UCS_ERR_INVALID_ADDR;
     }
 
-    ret = span_iface_get(ep->iface)->ops.ep_put_bcopy(
-            ep, span_put_bcopy_pack, &ctx, remote_addr, ctx.rkey->inner);
-    return ucs_unlikely(ctx.out_of_bounds) ? UCS_ERR_INVALID_ADDR : ret;
+    inner = span_rkey_inner(ctx.rkey, remote_addr, &ctx.avail);
+    ret   = span_iface_get(ep->iface)->ops.ep_put_bcopy(
+            ep, span_put_bcopy_pack, &ctx, remote_addr, inner);
+    return ucs_unlikely(ctx.status != UCS_OK) ? ctx.status : ret;
+}
+
+/* put or get zcopy: one inner op where the remote range lies in one chunk
+ * and no local entry crosses a chunk end, the splitter otherwise */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
+                  size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                  uct_completion_t *comp)
+{
+    span_iface_t *siface = span_iface_get(ep->iface);
+    uct_ep_put_zcopy_func_t zcopy = is_put ? siface->ops.ep_put_zcopy :
+                                             siface->ops.ep_get_zcopy;
+    uct_iov_t inner_iov[SPAN_IOV_MAX];
+    size_t length = span_iov_translate(inner_iov, iov, iovcnt);
+    uct_rkey_t inner;
+    uint64_t avail;
+
+    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+                                      (length == SIZE_MAX) ?
+                                      span_iov_length(iov, iovcnt) :
+                                      length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    if (ucs_likely(length != SIZE_MAX)) {
+        inner = span_rkey_inner(span_rkey(rkey), remote_addr, &avail);
+        if (ucs_likely(length <= avail)) {
+            return zcopy(ep, inner_iov, iovcnt, remote_addr, inner, comp);
+        }
+    }
+    return span_split_zcopy(&siface->queue, ep, zcopy,
+                            is_put ? siface->put_max_iov :
+                                     siface->get_max_iov,
+                            iov, iovcnt, remote_addr, span_rkey(rkey), comp);
 }
 
 static ucs_status_t span_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       uct_rkey_t rkey, uct_completion_t *comp)
 {
-    uct_iov_t inner_iov[SPAN_IOV_MAX];
-    size_t length = span_iov_translate(inner_iov, iov, iovcnt);
-
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
-        return UCS_ERR_INVALID_ADDR;
-    }
-    return span_iface_get(ep->iface)->ops.ep_put_zcopy(
-            ep, inner_iov, iovcnt, remote_addr, span_rkey(rkey)->inner, comp);
+    return span_ep_rma_zcopy(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
 }
 
 static ucs_status_t span_ep_get_short(uct_ep_h ep, void *buffer,
                                       unsigned length, uint64_t remote_addr,
                                       uct_rkey_t rkey)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, length, &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
-    return span_iface_get(ep->iface)->ops.ep_get_short(
-            ep, buffer, length, remote_addr, span_rkey(rkey)->inner);
+    return span_iface_get(ep->iface)->ops.ep_get_short(ep, buffer, length,
+                                                       remote_addr, inner);
 }
 
 static ucs_status_t span_ep_get_bcopy(uct_ep_h ep,
@@ -226,26 +298,22 @@ static ucs_status_t span_ep_get_bcopy(uct_ep_h ep,
                                       uint64_t remote_addr, uct_rkey_t rkey,
                                       uct_completion_t *comp)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, length, &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_get_bcopy(
-            ep, unpack_cb, arg, length, remote_addr, span_rkey(rkey)->inner,
-            comp);
+            ep, unpack_cb, arg, length, remote_addr, inner, comp);
 }
 
 static ucs_status_t span_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       uct_rkey_t rkey, uct_completion_t *comp)
 {
-    uct_iov_t inner_iov[SPAN_IOV_MAX];
-    size_t length = span_iov_translate(inner_iov, iov, iovcnt);
-
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr, length))) {
-        return UCS_ERR_INVALID_ADDR;
-    }
-    return span_iface_get(ep->iface)->ops.ep_get_zcopy(
-            ep, inner_iov, iovcnt, remote_addr, span_rkey(rkey)->inner, comp);
+    return span_ep_rma_zcopy(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
 }
 
 static ucs_status_t span_ep_am_zcopy(uct_ep_h ep, uint8_t id,
@@ -256,7 +324,7 @@ static ucs_status_t span_ep_am_zcopy(uct_ep_h ep, uint8_t id,
     uct_iov_t inner_iov[SPAN_IOV_MAX];
 
     if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
-        return UCS_ERR_INVALID_PARAM;
+        return span_iov_refused(iov, iovcnt);
     }
     return span_iface_get(ep->iface)->ops.ep_am_zcopy(
             ep, id, header, header_length, inner_iov, iovcnt, flags, comp);
@@ -267,13 +335,16 @@ static ucs_status_t span_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
                                            uct_rkey_t rkey, uint64_t *result,
                                            uct_completion_t *comp)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
-                                      sizeof(uint64_t)))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint64_t),
+                             &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_atomic_cswap64(
-            ep, compare, swap, remote_addr, span_rkey(rkey)->inner, result,
-            comp);
+            ep, compare, swap, remote_addr, inner, result, comp);
 }
 
 static ucs_status_t span_ep_atomic_cswap32(uct_ep_h ep, uint32_t compare,
@@ -281,37 +352,48 @@ static ucs_status_t span_ep_atomic_cswap32(uct_ep_h ep, uint32_t compare,
                                            uct_rkey_t rkey, uint32_t *result,
                                            uct_completion_t *comp)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
-                                      sizeof(uint32_t)))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint32_t),
+                             &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_atomic_cswap32(
-            ep, compare, swap, remote_addr, span_rkey(rkey)->inner, result,
-            comp);
+            ep, compare, swap, remote_addr, inner, result, comp);
 }
 
 static ucs_status_t span_ep_atomic32_post(uct_ep_h ep, unsigned opcode,
                                           uint32_t value, uint64_t remote_addr,
                                           uct_rkey_t rkey)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
-                                      sizeof(uint32_t)))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint32_t),
+                             &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_atomic32_post(
-            ep, opcode, value, remote_addr, span_rkey(rkey)->inner);
+            ep, opcode, value, remote_addr, inner);
 }
 
 static ucs_status_t span_ep_atomic64_post(uct_ep_h ep, unsigned opcode,
                                           uint64_t value, uint64_t remote_addr,
                                           uct_rkey_t rkey)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
-                                      sizeof(uint64_t)))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint64_t),
+                             &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_atomic64_post(
-            ep, opcode, value, remote_addr, span_rkey(rkey)->inner);
+            ep, opcode, value, remote_addr, inner);
 }
 
 static ucs_status_t span_ep_atomic32_fetch(uct_ep_h ep, unsigned opcode,
@@ -320,13 +402,16 @@ static ucs_status_t span_ep_atomic32_fetch(uct_ep_h ep, unsigned opcode,
                                            uct_rkey_t rkey,
                                            uct_completion_t *comp)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
-                                      sizeof(uint32_t)))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint32_t),
+                             &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_atomic32_fetch(
-            ep, opcode, value, result, remote_addr, span_rkey(rkey)->inner,
-            comp);
+            ep, opcode, value, result, remote_addr, inner, comp);
 }
 
 static ucs_status_t span_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
@@ -335,13 +420,16 @@ static ucs_status_t span_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
                                            uct_rkey_t rkey,
                                            uct_completion_t *comp)
 {
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
-                                      sizeof(uint64_t)))) {
-        return UCS_ERR_INVALID_ADDR;
+    ucs_status_t status;
+    uct_rkey_t inner;
+
+    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint64_t),
+                             &inner);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
     return span_iface_get(ep->iface)->ops.ep_atomic64_fetch(
-            ep, opcode, value, result, remote_addr, span_rkey(rkey)->inner,
-            comp);
+            ep, opcode, value, result, remote_addr, inner, comp);
 }
 
 static ucs_status_t span_ep_tag_eager_zcopy(uct_ep_h ep, uct_tag_t tag,
@@ -352,7 +440,7 @@ static ucs_status_t span_ep_tag_eager_zcopy(uct_ep_h ep, uct_tag_t tag,
     uct_iov_t inner_iov[SPAN_IOV_MAX];
 
     if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
-        return UCS_ERR_INVALID_PARAM;
+        return span_iov_refused(iov, iovcnt);
     }
     return span_iface_get(ep->iface)->ops.ep_tag_eager_zcopy(
             ep, tag, imm, inner_iov, iovcnt, flags, comp);
@@ -366,7 +454,7 @@ span_ep_tag_rndv_zcopy(uct_ep_h ep, uct_tag_t tag, const void *header,
     uct_iov_t inner_iov[SPAN_IOV_MAX];
 
     if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
-        return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+        return UCS_STATUS_PTR(span_iov_refused(iov, iovcnt));
     }
     return span_iface_get(ep->iface)->ops.ep_tag_rndv_zcopy(
             ep, tag, header, header_length, inner_iov, iovcnt, flags, comp);
@@ -380,29 +468,74 @@ span_iface_tag_recv_zcopy(uct_iface_h iface, uct_tag_t tag, uct_tag_t tag_mask,
     uct_iov_t inner_iov[SPAN_IOV_MAX];
 
     if (ucs_unlikely(span_iov_translate(inner_iov, iov, iovcnt) == SIZE_MAX)) {
-        return UCS_ERR_INVALID_PARAM;
+        return span_iov_refused(iov, iovcnt);
     }
     return span_iface_get(iface)->ops.iface_tag_recv_zcopy(
             iface, tag, tag_mask, inner_iov, iovcnt, ctx);
 }
 
+/* A flush waits for the deferred pieces of split ops to be issued */
+static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
+                                  uct_completion_t *comp)
+{
+    span_iface_t *siface = span_iface_get(ep->iface);
+
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        span_split_queue_cancel(&siface->queue, ep);
+    } else if (span_split_queue_busy(&siface->queue, ep)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return siface->ops.ep_flush(ep, flags, comp);
+}
+
+static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
+                                     uct_completion_t *comp)
+{
+    span_iface_t *siface = span_iface_get(iface);
+
+    if (span_split_queue_busy(&siface->queue, NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return siface->ops.iface_flush(iface, flags, comp);
+}
+
+static void span_ep_destroy(uct_ep_h ep)
+{
+    span_iface_t *siface = span_iface_get(ep->iface);
+
+    span_split_queue_cancel(&siface->queue, ep);
+    siface->ops.ep_destroy(ep);
+}
+
+static void span_iface_cap(size_t *value, uint64_t max)
+{
+    if ((max != 0) && (*value > max)) {
+        *value = max;
+    }
+}
+
 static ucs_status_t span_iface_query(uct_iface_h iface, uct_iface_attr_t *attr)
 {
-    ucs_status_t status = span_iface_get(iface)->ops.iface_query(iface, attr);
+    span_iface_t *siface = span_iface_get(iface);
+    ucs_status_t status  = siface->ops.iface_query(iface, attr);
 
     if (status != UCS_OK) {
         return status;
     }
 
-    attr->cap.put.max_iov         = ucs_min(attr->cap.put.max_iov, SPAN_IOV_MAX);
-    attr->cap.get.max_iov         = ucs_min(attr->cap.get.max_iov, SPAN_IOV_MAX);
-    attr->cap.am.max_iov          = ucs_min(attr->cap.am.max_iov, SPAN_IOV_MAX);
-    attr->cap.tag.eager.max_iov   = ucs_min(attr->cap.tag.eager.max_iov,
-                                            SPAN_IOV_MAX);
-    attr->cap.tag.recv.max_iov    = ucs_min(attr->cap.tag.recv.max_iov,
-                                            SPAN_IOV_MAX);
-    attr->cap.tag.rndv.max_iov    = ucs_min(attr->cap.tag.rndv.max_iov,
-                                            SPAN_IOV_MAX);
+    span_iface_cap(&attr->cap.put.max_iov, SPAN_IOV_MAX);
+    span_iface_cap(&attr->cap.get.max_iov, SPAN_IOV_MAX);
+    span_iface_cap(&attr->cap.am.max_iov, SPAN_IOV_MAX);
+    span_iface_cap(&attr->cap.tag.eager.max_iov, SPAN_IOV_MAX);
+    span_iface_cap(&attr->cap.tag.recv.max_iov, SPAN_IOV_MAX);
+    span_iface_cap(&attr->cap.tag.rndv.max_iov, SPAN_IOV_MAX);
+    /* every op fits in one chunk of the overlapping ones */
+    span_iface_cap(&attr->cap.put.max_short, siface->max_op);
+    span_iface_cap(&attr->cap.put.max_bcopy, siface->max_op);
+    span_iface_cap(&attr->cap.put.max_zcopy, siface->max_op);
+    span_iface_cap(&attr->cap.get.max_short, siface->max_op);
+    span_iface_cap(&attr->cap.get.max_bcopy, siface->max_op);
+    span_iface_cap(&attr->cap.get.max_zcopy, siface->max_op);
     return UCS_OK;
 }
 
@@ -411,6 +544,7 @@ static void span_iface_close(uct_iface_h iface)
     span_iface_t *siface = span_iface_remove(iface);
     uct_iface_close_func_t inner_close = siface->ops.iface_close;
 
+    span_split_queue_cancel(&siface->queue, NULL);
     free(siface);
     inner_close(iface);
 }
@@ -439,6 +573,9 @@ static void span_iface_patch(uct_iface_ops_t *ops)
     SPAN_IFACE_PATCH(ops, ep_tag_eager_zcopy,   span_ep_tag_eager_zcopy)
     SPAN_IFACE_PATCH(ops, ep_tag_rndv_zcopy,    span_ep_tag_rndv_zcopy)
     SPAN_IFACE_PATCH(ops, iface_tag_recv_zcopy, span_iface_tag_recv_zcopy)
+    SPAN_IFACE_PATCH(ops, ep_flush,             span_ep_flush)
+    SPAN_IFACE_PATCH(ops, ep_destroy,           span_ep_destroy)
+    SPAN_IFACE_PATCH(ops, iface_flush,          span_iface_flush)
     SPAN_IFACE_PATCH(ops, iface_query,          span_iface_query)
     SPAN_IFACE_PATCH(ops, iface_close,          span_iface_close)
 }
@@ -520,6 +657,7 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
 {
     span_md_t *smd = (span_md_t*)md;
     uct_iface_params_t inner_params;
+    uct_iface_attr_t attr;
     span_iface_t *siface;
     uct_iface_h iface;
     ucs_status_t status;
@@ -551,8 +689,17 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
         goto err_free;
     }
 
-    siface->ops = iface->ops;
-    status      = span_iface_insert(iface, siface);
+    status = iface->ops.iface_query(iface, &attr);
+    if (status != UCS_OK) {
+        goto err_close;
+    }
+
+    siface->ops         = iface->ops;
+    siface->max_op      = (smd->chunk_size != 0) ? smd->overlap : 0;
+    siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
+    siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
+    span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
+    status = span_iface_insert(iface, siface);
     if (status != UCS_OK) {
         goto err_close;
     }

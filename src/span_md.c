@@ -2,11 +2,60 @@
  * Twin memory domain.
  */
 #include "span_md.h"
-#include "span_rkey.h"
 
 #include <stdlib.h>
 #include <ucs/sys/string.h>
 #include <string.h>
+
+/* The default overlap: ops of 4 MiB already run at line rate on RDMA NICs
+ * (posting one costs about a microsecond, moving it 80 at 50 GB/s), and a
+ * 2 GiB chunk registers 0.2% of its bytes twice */
+#define SPAN_MD_OVERLAP_DEFAULT (4ul << 20)
+/* The chunk size travels in 32 bits of pages: larger limits are no limit */
+#define SPAN_MD_CHUNK_MAX       ((uint64_t)UINT32_MAX * SPAN_RKEY_PAGE)
+
+ucs_config_field_t span_md_config_table[] = {
+    {"", "", NULL, ucs_offsetof(span_md_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"MAX_CHUNK", "inf",
+     "Largest inner registration, below what the inner MD reports it can\n"
+     "register (its max_reg). A larger region is registered as chunks of\n"
+     "this size, published together in one span rkey. Set it to exercise\n"
+     "chunking on a transport without a limit, or below a NIC's real\n"
+     "max_mr_size where the driver does not report it. Whole 4 KiB pages.",
+     ucs_offsetof(span_md_config_t, max_chunk), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"CHUNK_OVERLAP", "auto",
+     "Bytes by which neighbour chunks overlap. Twin transports offer ops of\n"
+     "at most this many bytes (max_short/bcopy/zcopy), so that an op never\n"
+     "straddles a chunk end; larger transfers are cut by UCP. 'auto' is\n"
+     "4 MiB or a quarter of the chunk, the smaller. Whole 4 KiB pages.",
+     ucs_offsetof(span_md_config_t, chunk_overlap), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"TEST_UNIT_SIZE", "inf",
+     "For tests: declare a hard boundary (a physical allocation boundary,\n"
+     "which no inner registration or op may cross) at every multiple of\n"
+     "this size. 'inf': none.",
+     ucs_offsetof(span_md_config_t, test_unit_size), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"TEST_FAIL_REG", "0",
+     "For tests: the inner registration of chunk N (1-based) of every\n"
+     "registration fails with 'Out of memory'. 0: none.",
+     ucs_offsetof(span_md_config_t, test_fail_reg), UCS_CONFIG_TYPE_UINT},
+
+    {"TEST_FAIL_DEREG", "0",
+     "For tests: the deregistration of chunk N (1-based) reports an I/O\n"
+     "error after releasing it. 0: none.",
+     ucs_offsetof(span_md_config_t, test_fail_dereg), UCS_CONFIG_TYPE_UINT},
+
+    {"TEST_NO_RESOURCE", "0",
+     "For tests: piece N (2 or more) of every op split at a chunk or unit\n"
+     "end first meets 'no resource' once, as from a full send queue. 0: none.",
+     ucs_offsetof(span_md_config_t, test_no_resource), UCS_CONFIG_TYPE_UINT},
+
+    {NULL}
+};
 
 /* Memory types whose registration the twin can publish in a span rkey */
 static uint64_t span_md_reg_mem_types(const span_md_t *smd)
@@ -42,8 +91,13 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     }
     attr->dmabuf_mem_types = 0;
     attr->exported_mkey_packed_size = 0;
-    attr->rkey_packed_size = SPAN_RKEY_HDR_SIZE +
-                             smd->inner_attr.rkey_packed_size;
+    /* fixed for the MD: one key where registrations are never cut */
+    attr->rkey_packed_size = ((smd->chunk_size == 0) &&
+                              (smd->unit_size == 0)) ?
+                             SPAN_RKEY_HDR_SIZE +
+                             smd->inner_attr.rkey_packed_size :
+                             SPAN_RKEY_MAX_SIZE;
+    attr->max_reg          = SIZE_MAX;
     ucs_strncpy_zero(attr->component_name, span_component.name,
                      sizeof(attr->component_name));
     return UCS_OK;
@@ -56,19 +110,123 @@ static int span_md_inner_registers(const span_md_t *smd,
            (smd->inner_attr.reg_mem_types & UCS_BIT(mem_type));
 }
 
+static span_memh_t *span_memh_alloc(uint32_t num_inner)
+{
+    span_memh_t *memh;
+
+    memh = calloc(1, sizeof(*memh) + (num_inner * sizeof(uct_mem_h)));
+    if (memh != NULL) {
+        memh->num_inner = num_inner;
+    }
+    return memh;
+}
+
+/* Packs the inner key of every chunk and the span rkey, once: a region
+ * whose keys do not fit is refused here, not at transfer time */
+static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh)
+{
+    size_t K = smd->inner_attr.rkey_packed_size;
+    uct_md_mkey_pack_params_t params = {.field_mask = 0};
+    span_rkey_desc_t desc = {.component_id = smd->inner_id,
+                             .geom         = memh->geom,
+                             .key_size     = K};
+    uint64_t start, length;
+    ucs_status_t status;
+    size_t rkey_size;
+    uint8_t *keys;
+    uint32_t i;
+
+    if ((K > 0) && (memh->num_inner == 0)) {
+        ucs_error("span md %p: [0x%" PRIx64 ", +%" PRIu64 ") has no inner "
+                  "registration to pack a key for", smd, memh->geom.base,
+                  memh->geom.length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    keys = malloc((K * memh->geom.num_chunks) + 1);
+    if (keys == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (i = 0; (K > 0) && (i < memh->geom.num_chunks); ++i) {
+        span_chunk_range(&memh->geom, i, &start, &length);
+        status = smd->inner->ops->mkey_pack(smd->inner, memh->inner[i],
+                                            (void*)(uintptr_t)start, length,
+                                            &params, keys + (i * K));
+        if (status != UCS_OK) {
+            ucs_error("span md %p: inner mkey pack of chunk %u [0x%" PRIx64
+                      ", +%" PRIu64 ") failed: %s", smd, i, start, length,
+                      ucs_status_string(status));
+            goto out;
+        }
+    }
+
+    status = span_rkey_pack(memh->rkey, &desc, keys, &rkey_size);
+    memh->rkey_size = rkey_size;
+out:
+    free(keys);
+    return status;
+}
+
+static ucs_status_t span_md_chunk_reg(span_md_t *smd, span_memh_t *memh,
+                                      uint32_t index,
+                                      const uct_md_mem_reg_params_t *params)
+{
+    uint64_t start, length;
+    ucs_status_t status;
+
+    span_chunk_range(&memh->geom, index, &start, &length);
+    if (index + 1 == smd->test_fail_reg) {
+        status = UCS_ERR_NO_MEMORY;
+    } else {
+        status = smd->inner->ops->mem_reg(smd->inner, (void*)(uintptr_t)start,
+                                          length, params,
+                                          &memh->inner[index]);
+    }
+    if (status != UCS_OK) {
+        ucs_error("span md %p: inner registration of chunk %u/%u [0x%" PRIx64
+                  ", +%" PRIu64 ") failed%s: %s", smd, index + 1,
+                  memh->geom.num_chunks, start, length,
+                  (index + 1 == smd->test_fail_reg) ? " (injected)" : "",
+                  ucs_status_string(status));
+    }
+    return status;
+}
+
+/* Releases chunks [0, count), all of them whatever fails; the first error */
+static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
+                                         uint32_t count)
+{
+    uct_md_mem_dereg_params_t params = {.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH};
+    ucs_status_t first = UCS_OK, status;
+    uint32_t i;
+
+    for (i = count; i-- > 0;) {
+        params.memh = memh->inner[i];
+        status      = smd->inner->ops->mem_dereg(smd->inner, &params);
+        if ((status == UCS_OK) && (i + 1 == smd->test_fail_dereg)) {
+            status = UCS_ERR_IO_ERROR;
+        }
+        if (status != UCS_OK) {
+            ucs_error("span md %p: inner deregistration of chunk %u/%u of "
+                      "[0x%" PRIx64 ", +%" PRIu64 ") failed: %s", smd, i + 1,
+                      memh->geom.num_chunks, memh->geom.base,
+                      memh->geom.length, ucs_status_string(status));
+            first = (first == UCS_OK) ? status : first;
+        }
+    }
+    return first;
+}
+
 static ucs_status_t
 span_md_mem_reg(uct_md_h md, void *address, size_t length,
                 const uct_md_mem_reg_params_t *params, uct_mem_h *memh_p)
 {
     span_md_t *smd          = (span_md_t*)md;
     ucs_memory_type_t mtype = UCS_MEMORY_TYPE_HOST;
+    span_chunk_geom_t geom;
     span_memh_t *memh;
     ucs_status_t status;
-
-    if (length == 0) {
-        ucs_error("span md %p: registration of 0 bytes at %p", md, address);
-        return UCS_ERR_INVALID_PARAM;
-    }
+    uint32_t i = 0;
 
     if (params->field_mask & UCT_MD_MEM_REG_FIELD_MEM_TYPE) {
         mtype = params->mem_type;
@@ -80,29 +238,38 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh = malloc(sizeof(*memh));
+    status = span_chunk_plan(&geom, (uintptr_t)address, length,
+                             smd->unit_size, smd->chunk_size, smd->overlap);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    memh = span_memh_alloc(span_md_inner_registers(smd, mtype) ?
+                           geom.num_chunks : 0);
     if (memh == NULL) {
-        ucs_error("span md %p: failed to allocate a memory handle", md);
+        ucs_error("span md %p: no memory for a handle of %u chunks", md,
+                  geom.num_chunks);
         return UCS_ERR_NO_MEMORY;
     }
 
-    memh->base   = (uintptr_t)address;
-    memh->length = length;
-    memh->inner  = UCT_MEM_HANDLE_NULL;
-    if (span_md_inner_registers(smd, mtype)) {
-        status = smd->inner->ops->mem_reg(smd->inner, address, length, params,
-                                          &memh->inner);
+    memh->geom = geom;
+    for (i = 0; i < memh->num_inner; ++i) {
+        status = span_md_chunk_reg(smd, memh, i, params);
         if (status != UCS_OK) {
-            ucs_debug("span md %p: inner registration of %p +%zu failed: %s",
-                      md, address, length, ucs_status_string(status));
-            goto err_free;
+            goto err_dereg;
         }
+    }
+
+    status = span_memh_seal(smd, memh);
+    if (status != UCS_OK) {
+        goto err_dereg;
     }
 
     *memh_p = memh;
     return UCS_OK;
 
-err_free:
+err_dereg:
+    span_md_chunks_dereg(smd, memh, i);
     free(memh);
     return status;
 }
@@ -111,9 +278,8 @@ static ucs_status_t
 span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
 {
     span_md_t *smd = (span_md_t*)md;
-    uct_md_mem_dereg_params_t inner_params;
     span_memh_t *memh;
-    ucs_status_t status = UCS_OK;
+    ucs_status_t status;
 
     if (!(params->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH) ||
         (params->memh == NULL)) {
@@ -126,19 +292,8 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh = params->memh;
-    if (memh->inner != UCT_MEM_HANDLE_NULL) {
-        inner_params            = *params;
-        inner_params.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH;
-        inner_params.memh       = memh->inner;
-        status = smd->inner->ops->mem_dereg(smd->inner, &inner_params);
-        if (status != UCS_OK) {
-            ucs_error("span md %p: inner deregistration of [0x%" PRIx64
-                      ", +%" PRIu64 ") failed: %s", md, memh->base,
-                      memh->length, ucs_status_string(status));
-        }
-    }
-
+    memh   = params->memh;
+    status = span_md_chunks_dereg(smd, memh, memh->num_inner);
     free(memh);
     return status;
 }
@@ -147,10 +302,7 @@ static ucs_status_t
 span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   const uct_md_mkey_pack_params_t *params, void *buffer)
 {
-    span_md_t *smd    = (span_md_t*)md;
     span_memh_t *smem = memh;
-    span_rkey_desc_t desc;
-    ucs_status_t status;
 
     if ((params->field_mask & UCT_MD_MKEY_PACK_FIELD_FLAGS) &&
         (params->flags & (UCT_MD_MKEY_PACK_FLAG_EXPORT |
@@ -161,29 +313,7 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    if (smd->inner_attr.rkey_packed_size > 0) {
-        if (smem->inner == UCT_MEM_HANDLE_NULL) {
-            ucs_error("span md %p: [0x%" PRIx64 ", +%" PRIu64 ") has no inner "
-                      "registration to pack a key for", md, smem->base,
-                      smem->length);
-            return UCS_ERR_INVALID_PARAM;
-        }
-
-        status = smd->inner->ops->mkey_pack(smd->inner, smem->inner, address,
-                                            length, params,
-                                            span_rkey_inner_buffer(buffer));
-        if (status != UCS_OK) {
-            ucs_error("span md %p: inner mkey pack of %p +%zu failed: %s", md,
-                      address, length, ucs_status_string(status));
-            return status;
-        }
-    }
-
-    desc.component_id = smd->inner_id;
-    desc.base         = smem->base;
-    desc.length       = smem->length;
-    desc.inner_size   = smd->inner_attr.rkey_packed_size;
-    span_rkey_seal(buffer, &desc);
+    memcpy(buffer, smem->rkey, smem->rkey_size);
     return UCS_OK;
 }
 
@@ -217,23 +347,36 @@ static ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
     span_memh_t *memh;
     ucs_status_t status;
 
-    memh = malloc(sizeof(*memh));
+    /* the inner MD allocates and registers at once: one chunk */
+    memh = span_memh_alloc(1);
     if (memh == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
 
     status = smd->inner->ops->mem_alloc(smd->inner, length_p, address_p,
                                         mem_type, sys_dev, flags, alloc_name,
-                                        &memh->inner);
+                                        &memh->inner[0]);
     if (status != UCS_OK) {
-        free(memh);
-        return status;
+        goto err_free;
     }
 
-    memh->base   = (uintptr_t)*address_p;
-    memh->length = *length_p;
-    *memh_p      = memh;
+    status = span_chunk_plan(&memh->geom, (uintptr_t)*address_p, *length_p,
+                             0, 0, 0);
+    if (status == UCS_OK) {
+        status = span_memh_seal(smd, memh);
+    }
+    if (status != UCS_OK) {
+        goto err_mem_free;
+    }
+
+    *memh_p = memh;
     return UCS_OK;
+
+err_mem_free:
+    smd->inner->ops->mem_free(smd->inner, memh->inner[0]);
+err_free:
+    free(memh);
+    return status;
 }
 
 static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
@@ -242,7 +385,7 @@ static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
     span_memh_t *smem = memh;
     ucs_status_t status;
 
-    status = smd->inner->ops->mem_free(smd->inner, smem->inner);
+    status = smd->inner->ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);
     return status;
 }
@@ -290,6 +433,60 @@ static uct_md_ops_t span_md_ops = {
     .detect_memory_type = span_md_detect_memory_type,
     .mem_elem_pack      = span_md_mem_elem_pack
 };
+
+static uint64_t span_md_page_align(uint64_t size, int up)
+{
+    return (size + (up ? SPAN_RKEY_PAGE - 1 : 0)) & ~(SPAN_RKEY_PAGE - 1);
+}
+
+/* Chunk size from the inner MD's limit and UCX_SPAN_MAX_CHUNK, overlap and
+ * hard boundaries from the configuration */
+static ucs_status_t span_md_limits(span_md_t *smd,
+                                   const span_md_config_t *config)
+{
+    uint64_t limit = ucs_min(smd->inner_attr.max_reg, config->max_chunk);
+
+    smd->chunk_size = (limit > SPAN_MD_CHUNK_MAX) ? 0 :
+                      span_md_page_align(limit, 0);
+    smd->overlap    = 0;
+    if (smd->chunk_size != 0) {
+        smd->overlap = (config->chunk_overlap == UCS_MEMUNITS_AUTO) ?
+                       span_md_page_align(ucs_min(SPAN_MD_OVERLAP_DEFAULT,
+                                                  smd->chunk_size / 4), 0) :
+                       span_md_page_align(config->chunk_overlap, 1);
+        if ((smd->overlap == 0) || (smd->overlap >= smd->chunk_size)) {
+            ucs_error("span: md %p: chunks of %" PRIu64 " bytes (limit %"
+                      PRIu64 ", inner max_reg %zu) cannot overlap by %" PRIu64
+                      " bytes: UCX_SPAN_MAX_CHUNK must be at least 4 pages "
+                      "and UCX_SPAN_CHUNK_OVERLAP below it", smd,
+                      smd->chunk_size, limit, smd->inner_attr.max_reg,
+                      smd->overlap);
+            return UCS_ERR_INVALID_PARAM;
+        }
+    }
+
+    smd->unit_size = (config->test_unit_size == UCS_MEMUNITS_INF) ? 0 :
+                     config->test_unit_size;
+    if ((smd->unit_size % SPAN_RKEY_PAGE) != 0) {
+        ucs_error("span: UCX_SPAN_TEST_UNIT_SIZE=%" PRIu64 " is not a whole "
+                  "number of 4 KiB pages", smd->unit_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->test_no_resource == 1) {
+        ucs_error("span: UCX_SPAN_TEST_NO_RESOURCE=1 would refuse every op "
+                  "forever; the first piece to refuse is 2 or later");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    smd->test_fail_reg    = config->test_fail_reg;
+    smd->test_fail_dereg  = config->test_fail_dereg;
+    smd->test_no_resource = config->test_no_resource;
+    ucs_debug("span: md %p: chunks of %" PRIu64 " bytes overlapping by %"
+              PRIu64 ", units of %" PRIu64, smd, smd->chunk_size,
+              smd->overlap, smd->unit_size);
+    return UCS_OK;
+}
 
 /* Finds the component that offers an MD named inner_name */
 static uct_component_t *span_md_find_inner_component(const char *inner_name)
@@ -379,12 +576,17 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         goto err_close;
     }
 
-    if (smd->inner_attr.rkey_packed_size > SPAN_RKEY_MAX_INNER) {
+    if (smd->inner_attr.rkey_packed_size > SPAN_RKEY_MAX_KEY) {
         ucs_diag("span: MD '%s' packs %zu-byte rkeys, more than the %d bytes "
                  "a span rkey can hold inline; '%s' is not offered",
                  inner_name, smd->inner_attr.rkey_packed_size,
-                 SPAN_RKEY_MAX_INNER, md_name);
+                 SPAN_RKEY_MAX_KEY, md_name);
         status = UCS_ERR_UNSUPPORTED;
+        goto err_close;
+    }
+
+    status = span_md_limits(smd, (const span_md_config_t*)config);
+    if (status != UCS_OK) {
         goto err_close;
     }
 

@@ -1,10 +1,25 @@
 /*
- * Twin memory domain: registers through an inner MD and packs span rkeys.
+ * Twin memory domain: registers through an inner MD, in chunks where the
+ * inner MD cannot register a unit at once, and packs span rkeys.
  */
 #ifndef SPAN_MD_H_
 #define SPAN_MD_H_
 
+#include "span_chunk.h"
 #include "span_component.h"
+#include "span_rkey.h"
+
+typedef struct span_md_config {
+    uct_md_config_t super;
+    size_t          max_chunk;
+    size_t          chunk_overlap;
+    size_t          test_unit_size;
+    unsigned        test_fail_reg;
+    unsigned        test_fail_dereg;
+    unsigned        test_no_resource;
+} span_md_config_t;
+
+extern ucs_config_field_t span_md_config_table[];
 
 typedef struct span_md {
     uct_md_t         super;
@@ -12,23 +27,43 @@ typedef struct span_md {
     uct_component_t *inner_component;
     uint32_t         inner_id;         /* span_rkey_component_id() */
     uct_md_attr_v2_t inner_attr;
+    uint64_t         chunk_size;       /* 0: registrations are not cut */
+    uint64_t         overlap;          /* of neighbour chunks; the op cap */
+    uint64_t         unit_size;        /* 0: no hard boundaries declared */
+    unsigned         test_fail_reg;    /* 1-based chunk to fail, 0: none */
+    unsigned         test_fail_dereg;
+    unsigned         test_no_resource; /* 1-based piece of split ops */
 } span_md_t;
 
-/* A registration through a twin MD */
+/* A registration through a twin MD: one inner registration per chunk */
 typedef struct span_memh {
-    uct_mem_h inner;  /* UCT_MEM_HANDLE_NULL where the inner MD does not register */
-    uint64_t  base;
-    uint64_t  length;
+    span_chunk_geom_t geom;
+    uint8_t           rkey_size;
+    uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */
+    uint32_t          num_inner;  /* 0 where the inner MD does not register */
+    uct_mem_h         inner[];
 } span_memh_t;
 
 ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
                           const uct_md_config_t *config, uct_md_h *md_p);
 
-/* The inner memory handle of a twin one; NULL stays NULL */
-static UCS_F_ALWAYS_INLINE uct_mem_h span_memh_inner(uct_mem_h memh)
+/* The inner memory handle that holds buffer, and in *avail_p how many bytes
+ * from buffer on it holds (UINT64_MAX where one handle holds everything).
+ * NULL stays NULL. */
+static UCS_F_ALWAYS_INLINE uct_mem_h
+span_memh_inner(uct_mem_h memh, const void *buffer, uint64_t *avail_p)
 {
-    return (memh == UCT_MEM_HANDLE_NULL) ? UCT_MEM_HANDLE_NULL :
-           ((span_memh_t*)memh)->inner;
+    const span_memh_t *smem = memh;
+
+    *avail_p = UINT64_MAX;
+    if ((memh == UCT_MEM_HANDLE_NULL) || (smem->num_inner == 0)) {
+        return UCT_MEM_HANDLE_NULL;
+    }
+    if (ucs_likely(smem->num_inner == 1)) {
+        return smem->inner[0];
+    }
+    return smem->inner[span_chunk_find(&smem->geom, (uintptr_t)buffer,
+                                       avail_p)];
 }
 
 #endif

@@ -1,24 +1,42 @@
 /*
- * Span rkey, wire format version 1. All integers are little-endian.
+ * Span rkey, wire format version 2. All integers are little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
  *   1       1     flags          0; any other value is refused
- *   2       2     inner_size     n, bytes of the inner key after the header
+ *   2       2     num_chunks     n >= 1, inner registrations (one key each)
  *   4       4     component_id   FNV-1a 32 of the inner component's name
  *   8       8     base           first byte of the registered extent, in the
  *                                exporting process's addresses
  *   16      8     length         bytes in the extent, > 0, base+length <= 2^64
- *   24      4     hdr_checksum   FNV-1a 32 of bytes [0, 24)
- *   28      4     checksum       FNV-1a 32 of bytes [0, 24) then the inner key
- *   32      n     inner key      as packed by the inner MD's mkey_pack
- *   32+n    ...   unused up to the twin MD's rkey_packed_size
+ *   24      4     chunk_pages    chunk size in 4 KiB pages; 0: no size limit
+ *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
+ *   32      4     unit_pages     hard boundaries at multiples of this many
+ *                                pages (absolute addresses); 0: none
+ *   36      1     key_size       K, bytes of one inner key (<= 209)
+ *   37      1     num_varying    v, key bytes that differ between keys
+ *   38      4     hdr_checksum   FNV-1a 32 of bytes [0, 38)
+ *   42      4     checksum       FNV-1a 32 of bytes [0, 38) then the body
+ *   46            body, absent when K = 0:
+ *                 key 0          K bytes, whole
+ *                 mask           ceil(K/8) bytes, only when n > 1: bit b set
+ *                                when byte b of some key differs from key 0
+ *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
+ *                                at the mask's positions, in order
+ *   ...     ...   unused up to the twin MD's rkey_packed_size
+ *
+ * The geometry (chunk_pages, overlap_pages, unit_pages) is planned again by
+ * the importer (span_chunk.h) and must give n chunks. Inner keys of
+ * neighbour registrations share most of their bytes (an ib key differs in
+ * two or three): with K = 8, v = 4 and 2 GiB chunks overlapping by 4 MiB,
+ * 51 keys fit, 101.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 26, 51.9 GiB.
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
  * key instead of an access to the wrong bytes. UCP does not pass the key's
- * length to rkey_unpack, so inner_size is trusted only once hdr_checksum
- * matched: a corrupted size is never used to read past the real key. A
- * parser never reads past buffer_size, nor past SPAN_RKEY_MAX_SIZE.
+ * length to rkey_unpack, so the body's size is trusted only once
+ * hdr_checksum matched: a corrupted size is never used to read past the
+ * real key. A parser never reads past buffer_size, nor past
+ * SPAN_RKEY_MAX_SIZE.
  */
 #include "span_rkey.h"
 
@@ -28,8 +46,8 @@
 
 #define SPAN_RKEY_FNV_OFFSET 2166136261u
 #define SPAN_RKEY_FNV_PRIME  16777619u
-#define SPAN_RKEY_HDR_SUM_OFFSET 24
-#define SPAN_RKEY_SUM_OFFSET     28
+#define SPAN_RKEY_HDR_SUM_OFFSET 38
+#define SPAN_RKEY_SUM_OFFSET     42
 
 static uint32_t span_rkey_fnv(uint32_t hash, const void *data, size_t size)
 {
@@ -62,11 +80,31 @@ static uint64_t span_rkey_get(const uint8_t *p, unsigned size)
     return value;
 }
 
-static uint32_t span_rkey_checksum(const uint8_t *buffer, size_t inner_size)
+static uint32_t span_rkey_checksum(const uint8_t *buffer, size_t body_size)
 {
     uint32_t hash = span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, buffer,
                                   SPAN_RKEY_HDR_SUM_OFFSET);
-    return span_rkey_fnv(hash, buffer + SPAN_RKEY_HDR_SIZE, inner_size);
+    return span_rkey_fnv(hash, buffer + SPAN_RKEY_HDR_SIZE, body_size);
+}
+
+static size_t span_rkey_mask_size(size_t key_size)
+{
+    return (key_size + 7) / 8;
+}
+
+static size_t span_rkey_body_size(size_t key_size, uint32_t num_chunks,
+                                  unsigned num_varying)
+{
+    if ((key_size == 0) || (num_chunks == 1)) {
+        return key_size;
+    }
+    return key_size + span_rkey_mask_size(key_size) +
+           ((size_t)(num_chunks - 1) * num_varying);
+}
+
+static int span_rkey_mask_bit(const uint8_t *mask, size_t b)
+{
+    return (mask[b / 8] >> (b % 8)) & 1;
 }
 
 uint32_t span_rkey_component_id(const char *component_name)
@@ -75,26 +113,140 @@ uint32_t span_rkey_component_id(const char *component_name)
                          strlen(component_name));
 }
 
-void *span_rkey_inner_buffer(void *buffer)
+/* Sizes in pages, as the header carries them; 0 when one is not */
+static int span_rkey_pages(uint64_t size, uint32_t *pages_p)
 {
-    return (uint8_t*)buffer + SPAN_RKEY_HDR_SIZE;
+    *pages_p = size / SPAN_RKEY_PAGE;
+    return ((size % SPAN_RKEY_PAGE) == 0) &&
+           ((uint64_t)*pages_p * SPAN_RKEY_PAGE == size);
 }
 
-void span_rkey_seal(void *buffer, const span_rkey_desc_t *desc)
+ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
+                            const void *keys, size_t *packed_size_p)
 {
-    uint8_t *p = buffer;
+    const span_chunk_geom_t *geom = &desc->geom;
+    const uint8_t *k              = keys;
+    uint8_t *p                    = buffer;
+    uint8_t mask[SPAN_RKEY_MAX_KEY / 8 + 1] = {0};
+    uint32_t chunk_pages, overlap_pages, unit_pages, i;
+    size_t b, body_size, K = desc->key_size;
+    unsigned num_varying = 0;
+    uint8_t *out;
+
+    if (!span_rkey_pages(geom->chunk_size, &chunk_pages) ||
+        !span_rkey_pages(geom->overlap, &overlap_pages) ||
+        !span_rkey_pages(geom->unit_size, &unit_pages) ||
+        (K > SPAN_RKEY_MAX_KEY)) {
+        ucs_error("span rkey: chunk %" PRIu64 ", overlap %" PRIu64 ", unit %"
+                  PRIu64 " bytes and %zu-byte keys cannot be packed (sizes "
+                  "must be whole 4 KiB pages)", geom->chunk_size,
+                  geom->overlap, geom->unit_size, K);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    for (b = 0; b < K; ++b) {
+        for (i = 1; i < geom->num_chunks; ++i) {
+            if (k[(i * K) + b] != k[b]) {
+                mask[b / 8] |= 1 << (b % 8);
+                ++num_varying;
+                break;
+            }
+        }
+    }
+
+    body_size = span_rkey_body_size(K, geom->num_chunks, num_varying);
+    if (SPAN_RKEY_HDR_SIZE + body_size > SPAN_RKEY_MAX_SIZE) {
+        ucs_error("span rkey: %u inner keys of %zu bytes (%u varying) need "
+                  "%zu bytes, more than %d: [0x%" PRIx64 ", +%" PRIu64 ") is "
+                  "too large for chunks of %" PRIu64 " bytes",
+                  geom->num_chunks, K, num_varying,
+                  SPAN_RKEY_HDR_SIZE + body_size, SPAN_RKEY_MAX_SIZE,
+                  geom->base, geom->length, geom->chunk_size);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
 
     span_rkey_put(p + 0, SPAN_RKEY_VERSION, 1);
     span_rkey_put(p + 1, 0, 1);
-    span_rkey_put(p + 2, desc->inner_size, 2);
+    span_rkey_put(p + 2, geom->num_chunks, 2);
     span_rkey_put(p + 4, desc->component_id, 4);
-    span_rkey_put(p + 8, desc->base, 8);
-    span_rkey_put(p + 16, desc->length, 8);
+    span_rkey_put(p + 8, geom->base, 8);
+    span_rkey_put(p + 16, geom->length, 8);
+    span_rkey_put(p + 24, chunk_pages, 4);
+    span_rkey_put(p + 28, overlap_pages, 4);
+    span_rkey_put(p + 32, unit_pages, 4);
+    span_rkey_put(p + 36, K, 1);
+    span_rkey_put(p + 37, num_varying, 1);
     span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
                   span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
                                 SPAN_RKEY_HDR_SUM_OFFSET), 4);
-    span_rkey_put(p + SPAN_RKEY_SUM_OFFSET,
-                  span_rkey_checksum(p, desc->inner_size), 4);
+
+    out = p + SPAN_RKEY_HDR_SIZE;
+    memcpy(out, k, K);
+    out += K;
+    if ((K > 0) && (geom->num_chunks > 1)) {
+        memcpy(out, mask, span_rkey_mask_size(K));
+        out += span_rkey_mask_size(K);
+        for (i = 1; i < geom->num_chunks; ++i) {
+            for (b = 0; b < K; ++b) {
+                if (span_rkey_mask_bit(mask, b)) {
+                    *(out++) = k[(i * K) + b];
+                }
+            }
+        }
+    }
+
+    span_rkey_put(p + SPAN_RKEY_SUM_OFFSET, span_rkey_checksum(p, body_size),
+                  4);
+    *packed_size_p = SPAN_RKEY_HDR_SIZE + body_size;
+    return UCS_OK;
+}
+
+/* The geometry fields, planned again: they must describe n chunks */
+static ucs_status_t span_rkey_parse_geom(const uint8_t *p,
+                                         span_rkey_desc_t *desc)
+{
+    uint32_t num_chunks = span_rkey_get(p + 2, 2);
+    ucs_status_t status;
+
+    status = span_chunk_plan(&desc->geom, span_rkey_get(p + 8, 8),
+                             span_rkey_get(p + 16, 8),
+                             span_rkey_get(p + 32, 4) * SPAN_RKEY_PAGE,
+                             span_rkey_get(p + 24, 4) * SPAN_RKEY_PAGE,
+                             span_rkey_get(p + 28, 4) * SPAN_RKEY_PAGE);
+    if (status != UCS_OK) {
+        ucs_error("span rkey %p: its geometry is invalid", p);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (desc->geom.num_chunks != num_chunks) {
+        ucs_error("span rkey %p: carries %u chunks, its geometry makes %u", p,
+                  num_chunks, desc->geom.num_chunks);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t span_rkey_parse_mask(const uint8_t *p,
+                                         span_rkey_desc_t *desc)
+{
+    unsigned count = 0;
+    size_t b;
+
+    for (b = 0; b < span_rkey_mask_size(desc->key_size) * 8; ++b) {
+        if (span_rkey_mask_bit(desc->mask, b)) {
+            if (b >= desc->key_size) {
+                ucs_error("span rkey %p: mask bit %zu is past its %zu-byte "
+                          "keys", p, b, desc->key_size);
+                return UCS_ERR_INVALID_PARAM;
+            }
+            ++count;
+        }
+    }
+    if (count != desc->num_varying) {
+        ucs_error("span rkey %p: mask has %u bits, header says %u", p, count,
+                  desc->num_varying);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
 }
 
 ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
@@ -102,7 +254,9 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
 {
     const uint8_t *p = buffer;
     unsigned version, flags;
+    size_t body_size;
     uint32_t checksum;
+    ucs_status_t status;
 
     if (buffer_size > SPAN_RKEY_MAX_SIZE) {
         buffer_size = SPAN_RKEY_MAX_SIZE;
@@ -136,30 +290,56 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    desc->inner_size   = span_rkey_get(p + 2, 2);
+    status = span_rkey_parse_geom(p, desc);
+    if (status != UCS_OK) {
+        return status;
+    }
+
     desc->component_id = span_rkey_get(p + 4, 4);
-    desc->base         = span_rkey_get(p + 8, 8);
-    desc->length       = span_rkey_get(p + 16, 8);
-    desc->inner        = p + SPAN_RKEY_HDR_SIZE;
-    if (desc->inner_size > buffer_size - SPAN_RKEY_HDR_SIZE) {
-        ucs_error("span rkey %p: inner key of %zu bytes overruns the %zu-byte "
-                  "buffer", buffer, desc->inner_size, buffer_size);
+    desc->key_size     = p[36];
+    desc->num_varying  = p[37];
+    desc->key0         = p + SPAN_RKEY_HDR_SIZE;
+    desc->mask         = desc->key0 + desc->key_size;
+    desc->varying      = desc->mask + span_rkey_mask_size(desc->key_size);
+    body_size          = span_rkey_body_size(desc->key_size,
+                                             desc->geom.num_chunks,
+                                             desc->num_varying);
+    if ((desc->num_varying > desc->key_size) ||
+        (body_size > buffer_size - SPAN_RKEY_HDR_SIZE)) {
+        ucs_error("span rkey %p: %u keys of %zu bytes (%u varying) overrun "
+                  "the %zu-byte buffer", buffer, desc->geom.num_chunks,
+                  desc->key_size, desc->num_varying, buffer_size);
         return UCS_ERR_INVALID_PARAM;
     }
 
     checksum = span_rkey_get(p + SPAN_RKEY_SUM_OFFSET, 4);
-    if (checksum != span_rkey_checksum(p, desc->inner_size)) {
+    if (checksum != span_rkey_checksum(p, body_size)) {
         ucs_error("span rkey %p: checksum 0x%x does not match its contents "
                   "(0x%x): the key is corrupted", buffer, checksum,
-                  span_rkey_checksum(p, desc->inner_size));
+                  span_rkey_checksum(p, body_size));
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((desc->length == 0) || (desc->base + desc->length < desc->base)) {
-        ucs_error("span rkey %p: invalid extent base 0x%" PRIx64 " length %"
-                  PRIu64, buffer, desc->base, desc->length);
-        return UCS_ERR_INVALID_PARAM;
+    if ((desc->key_size > 0) && (desc->geom.num_chunks > 1)) {
+        return span_rkey_parse_mask(p, desc);
     }
-
     return UCS_OK;
+}
+
+void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)
+{
+    const uint8_t *in;
+    uint8_t *out = key;
+    size_t b;
+
+    memcpy(out, desc->key0, desc->key_size);
+    if (index == 0) {
+        return;
+    }
+    in = desc->varying + ((size_t)(index - 1) * desc->num_varying);
+    for (b = 0; b < desc->key_size; ++b) {
+        if (span_rkey_mask_bit(desc->mask, b)) {
+            out[b] = *(in++);
+        }
+    }
 }

@@ -1,49 +1,124 @@
 /* Unit tests of the span rkey wire format */
 extern "C" {
 #include "span_rkey.h"
+#include <ucs/debug/log_def.h>
 }
 
 #include <gtest/gtest.h>
+#include <cstring>
 #include <random>
 #include <vector>
 
 namespace {
 
-std::vector<uint8_t> make_key(size_t inner_size, uint64_t base = 0x7f0000001000,
-                              uint64_t length = 1 << 20)
-{
-    std::vector<uint8_t> buf(SPAN_RKEY_HDR_SIZE + inner_size + 7, 0xee);
-    uint8_t *inner = static_cast<uint8_t*>(span_rkey_inner_buffer(buf.data()));
-    for (size_t i = 0; i < inner_size; ++i) {
-        inner[i] = uint8_t(i * 37 + 1);
-    }
+/* Counts and silences UCX error lines while alive: a refused key must log */
+class log_counter {
+public:
+    log_counter() { count = 0; ucs_log_push_handler(handler); }
+    ~log_counter() { ucs_log_pop_handler(); }
+    static unsigned count;
 
+private:
+    static ucs_log_func_rc_t handler(const char *, unsigned, const char *,
+                                     ucs_log_level_t level,
+                                     const ucs_log_component_config_t *,
+                                     const char *, va_list)
+    {
+        if (level <= UCS_LOG_LEVEL_ERROR) {
+            ++count;
+            return UCS_LOG_FUNC_RC_STOP;
+        }
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+};
+
+unsigned log_counter::count;
+
+const uint64_t page = SPAN_RKEY_PAGE;
+
+struct key_spec {
+    uint64_t base, length, unit, chunk, overlap;
+    size_t   key_size;
+    unsigned varying; /* bytes of each key that differ between keys */
+};
+
+/* The inner keys of a spec: key i differs from key 0 in its first `varying`
+ * bytes, as keys of neighbour registrations do */
+std::vector<uint8_t> inner_keys(const key_spec &s, uint32_t n)
+{
+    std::vector<uint8_t> keys(n * s.key_size);
+    for (uint32_t i = 0; i < n; ++i) {
+        for (size_t b = 0; b < s.key_size; ++b) {
+            keys[i * s.key_size + b] = (b < s.varying) ? uint8_t(i * 31 + b) :
+                                                         uint8_t(0xa0 + b);
+        }
+    }
+    return keys;
+}
+
+ucs_status_t pack(const key_spec &s, std::vector<uint8_t> &buf,
+                  std::vector<uint8_t> *keys_out = nullptr)
+{
     span_rkey_desc_t desc = {};
     desc.component_id     = span_rkey_component_id("cma");
-    desc.base             = base;
-    desc.length           = length;
-    desc.inner_size       = inner_size;
-    span_rkey_seal(buf.data(), &desc);
+    desc.key_size         = s.key_size;
+    ucs_status_t status   = span_chunk_plan(&desc.geom, s.base, s.length,
+                                            s.unit, s.chunk, s.overlap);
+    if (status != UCS_OK) {
+        return status;
+    }
+    auto keys = inner_keys(s, desc.geom.num_chunks);
+    buf.assign(SPAN_RKEY_MAX_SIZE, 0xee);
+    size_t size;
+    status = span_rkey_pack(buf.data(), &desc, keys.data(), &size);
+    if (status == UCS_OK) {
+        buf.resize(size);
+    }
+    if (keys_out != nullptr) {
+        *keys_out = keys;
+    }
+    return status;
+}
+
+std::vector<uint8_t> make_key(const key_spec &s)
+{
+    std::vector<uint8_t> buf;
+    EXPECT_EQ(UCS_OK, pack(s, buf));
     return buf;
 }
+
+const key_spec one_key    = {0x7f0000001000, 1 << 20, 0, 0, 0, 40, 0};
+const key_spec many_keys  = {0x7f0000001000, 64 * page, 0, 8 * page, page,
+                             8, 3};
+const key_spec with_units = {0x7f0000001800, 40 * page, 16 * page, 4 * page,
+                             page, 12, 12};
 
 } // namespace
 
 TEST(span_rkey, round_trip)
 {
-    for (size_t inner_size : {size_t(0), size_t(8), size_t(192),
-                              size_t(SPAN_RKEY_MAX_INNER)}) {
-        auto buf = make_key(inner_size);
+    for (const key_spec &s : {one_key, many_keys, with_units,
+                              key_spec{0x1000, page, 0, 0, 0, 0, 0},
+                              key_spec{0x1000, 9 * page, 0, 2 * page, 0, 0, 0},
+                              key_spec{0x1000, 3 * page, 0, 0, 0,
+                                       SPAN_RKEY_MAX_KEY, 0}}) {
+        std::vector<uint8_t> buf, keys;
+        ASSERT_EQ(UCS_OK, pack(s, buf, &keys));
         span_rkey_desc_t desc;
         ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), buf.size(), &desc));
         EXPECT_EQ(span_rkey_component_id("cma"), desc.component_id);
-        EXPECT_EQ(0x7f0000001000u, desc.base);
-        EXPECT_EQ(uint64_t(1) << 20, desc.length);
-        ASSERT_EQ(inner_size, desc.inner_size);
-        EXPECT_EQ(buf.data() + SPAN_RKEY_HDR_SIZE, desc.inner);
-        for (size_t i = 0; i < inner_size; ++i) {
-            EXPECT_EQ(uint8_t(i * 37 + 1),
-                      static_cast<const uint8_t*>(desc.inner)[i]);
+        EXPECT_EQ(s.base, desc.geom.base);
+        EXPECT_EQ(s.length, desc.geom.length);
+        EXPECT_EQ(s.unit, desc.geom.unit_size);
+        EXPECT_EQ(s.chunk, desc.geom.chunk_size);
+        EXPECT_EQ(s.chunk ? s.overlap : 0, desc.geom.overlap);
+        ASSERT_EQ(s.key_size, desc.key_size);
+        ASSERT_EQ(keys.size(), desc.geom.num_chunks * s.key_size);
+        std::vector<uint8_t> key(s.key_size + 1);
+        for (uint32_t i = 0; i < desc.geom.num_chunks; ++i) {
+            span_rkey_key(&desc, i, key.data());
+            EXPECT_EQ(0, memcmp(key.data(), &keys[i * s.key_size],
+                                s.key_size)) << "key " << i;
         }
     }
 }
@@ -54,32 +129,66 @@ TEST(span_rkey, component_ids_differ)
     EXPECT_NE(span_rkey_component_id("cuda_ipc"), span_rkey_component_id("ib"));
 }
 
+TEST(span_rkey, capacity_of_8_byte_keys_with_2_GiB_chunks)
+{
+    /* the numbers the format's comment states */
+    const uint64_t GiB = 1ull << 30, chunk = 2 * GiB, overlap = 4 << 20;
+    const struct {
+        unsigned varying, keys;
+    } expect[] = {{8, 26}, {4, 51}, {3, 67}};
+    for (auto &e : expect) {
+        uint64_t fits = chunk + (e.keys - 1) * (chunk - overlap);
+        key_spec s    = {0x10000000000, fits, 0, chunk, overlap, 8, e.varying};
+        std::vector<uint8_t> buf;
+        EXPECT_EQ(UCS_OK, pack(s, buf)) << e.varying;
+        log_counter logs;
+        s.length = fits + 1;
+        EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, pack(s, buf)) << e.varying;
+        EXPECT_EQ(1u, log_counter::count);
+    }
+}
+
+TEST(span_rkey, geometry_not_in_pages_is_refused)
+{
+    log_counter logs;
+    std::vector<uint8_t> buf;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              pack({0x1000, 10000, 0, 4000, 100, 8, 1}, buf));
+    EXPECT_EQ(1u, log_counter::count);
+}
+
 TEST(span_rkey, every_truncation_is_refused)
 {
-    auto buf = make_key(40);
-    size_t full = SPAN_RKEY_HDR_SIZE + 40;
-    for (size_t len = 0; len < full; ++len) {
-        /* a copy of exactly len bytes, so a read past it is caught by ASan */
-        std::vector<uint8_t> cut(buf.begin(), buf.begin() + len);
+    for (const key_spec &s : {one_key, many_keys, with_units}) {
+        auto buf = make_key(s);
+        log_counter logs;
+        for (size_t len = 0; len < buf.size(); ++len) {
+            /* a copy of exactly len bytes: a read past it is caught by ASan */
+            std::vector<uint8_t> cut(buf.begin(), buf.begin() + len);
+            span_rkey_desc_t desc;
+            EXPECT_NE(UCS_OK, span_rkey_parse(cut.data(), len, &desc))
+                    << "length " << len;
+        }
+        EXPECT_EQ(buf.size(), log_counter::count) << "one error line each";
         span_rkey_desc_t desc;
-        EXPECT_NE(UCS_OK, span_rkey_parse(cut.data(), len, &desc))
-                << "length " << len;
+        EXPECT_EQ(UCS_OK, span_rkey_parse(buf.data(), buf.size(), &desc));
     }
-    span_rkey_desc_t desc;
-    EXPECT_EQ(UCS_OK, span_rkey_parse(buf.data(), full, &desc));
 }
 
 TEST(span_rkey, every_single_bit_flip_is_refused)
 {
-    auto good = make_key(24);
-    size_t full = SPAN_RKEY_HDR_SIZE + 24;
-    for (size_t byte = 0; byte < full; ++byte) {
-        for (int bit = 0; bit < 8; ++bit) {
-            auto bad = good;
-            bad[byte] ^= uint8_t(1u << bit);
-            span_rkey_desc_t desc;
-            EXPECT_NE(UCS_OK, span_rkey_parse(bad.data(), full, &desc))
-                    << "byte " << byte << " bit " << bit;
+    for (const key_spec &s : {one_key, many_keys, with_units}) {
+        auto good = make_key(s);
+        log_counter logs;
+        for (size_t byte = 0; byte < good.size(); ++byte) {
+            for (int bit = 0; bit < 8; ++bit) {
+                auto bad = good;
+                bad[byte] ^= uint8_t(1u << bit);
+                span_rkey_desc_t desc;
+                EXPECT_NE(UCS_OK, span_rkey_parse(bad.data(), bad.size(),
+                                                  &desc))
+                        << "byte " << byte << " bit " << bit;
+            }
         }
     }
 }
@@ -87,21 +196,21 @@ TEST(span_rkey, every_single_bit_flip_is_refused)
 TEST(span_rkey, random_corruption_is_refused)
 {
     std::mt19937 rng(12345);
-    auto good   = make_key(64);
-    size_t full = SPAN_RKEY_HDR_SIZE + 64;
+    auto good   = make_key(many_keys);
     int refused = 0, corrupted = 0;
+    log_counter logs;
     for (int t = 0; t < 20000; ++t) {
         auto bad = good;
         int n    = 1 + rng() % 8;
         for (int i = 0; i < n; ++i) {
-            bad[rng() % full] = uint8_t(rng());
+            bad[rng() % bad.size()] = uint8_t(rng());
         }
         if (bad == good) {
             continue;
         }
         ++corrupted;
         span_rkey_desc_t desc;
-        refused += (span_rkey_parse(bad.data(), full, &desc) != UCS_OK);
+        refused += (span_rkey_parse(bad.data(), bad.size(), &desc) != UCS_OK);
     }
     /* a 32-bit checksum lets about one in 4e9 corruptions through */
     EXPECT_GT(corrupted, 19000);
@@ -110,42 +219,86 @@ TEST(span_rkey, random_corruption_is_refused)
 
 TEST(span_rkey, future_version_is_unsupported)
 {
-    auto buf = make_key(8);
+    auto buf = make_key(one_key);
     buf[0]   = SPAN_RKEY_VERSION + 1;
     span_rkey_desc_t desc;
-    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_rkey_parse(buf.data(), buf.size(), &desc));
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              span_rkey_parse(buf.data(), buf.size(), &desc));
+    EXPECT_EQ(1u, log_counter::count);
 }
 
-TEST(span_rkey, inner_size_past_buffer_is_refused)
-{
-    /* a key whose header claims more inner bytes than the buffer holds, with
-     * valid checksums: only the size check stands between it and an
-     * over-read */
-    std::vector<uint8_t> buf(4096, 0x11);
-    span_rkey_desc_t desc = {}, parsed;
-    desc.component_id     = span_rkey_component_id("cma");
-    desc.base             = 0x1000;
-    desc.length           = 4096;
-    desc.inner_size       = 200;
-    span_rkey_seal(buf.data(), &desc);
-    ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), buf.size(), &parsed));
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_rkey_parse(buf.data(), SPAN_RKEY_HDR_SIZE + 199, &parsed));
+namespace {
 
-    /* past what any span key may be, whatever the buffer */
-    desc.inner_size = SPAN_RKEY_MAX_INNER + 1;
-    span_rkey_seal(buf.data(), &desc);
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_rkey_parse(buf.data(), buf.size(), &parsed));
+/* Rewrites both checksums after a header field was changed on purpose, so
+ * that only the field's own validation stands in the way */
+uint32_t fnv(uint32_t h, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        h = (h ^ p[i]) * 16777619u;
+    }
+    return h;
+}
+
+void reseal(std::vector<uint8_t> &buf, size_t body_size)
+{
+    uint32_t h = fnv(2166136261u, buf.data(), 38);
+    memcpy(&buf[38], &h, 4);
+    h = fnv(h, buf.data() + SPAN_RKEY_HDR_SIZE, body_size);
+    memcpy(&buf[42], &h, 4);
+}
+
+} // namespace
+
+TEST(span_rkey, resealed_bad_fields_are_refused)
+{
+    auto good = make_key(many_keys); /* 9 chunks, 8-byte keys, 3 varying */
+    size_t body = good.size() - SPAN_RKEY_HDR_SIZE;
+    std::vector<uint8_t> big(SPAN_RKEY_MAX_SIZE + 64, 0);
+    span_rkey_desc_t desc;
+
+    std::copy(good.begin(), good.end(), big.begin());
+    reseal(big, body);
+    ASSERT_EQ(UCS_OK, span_rkey_parse(big.data(), good.size(), &desc));
+
+    log_counter logs;
+    auto bad = big;
+    bad[37]  = 200; /* varying bytes beyond the key size */
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), bad.size(),
+                                                     &desc));
+    bad     = big;
+    bad[37] = 8; /* all bytes vary: the body overruns the key's buffer */
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), good.size(),
+                                                     &desc));
+    bad    = big;
+    bad[2] = 7; /* a chunk count the geometry does not make */
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), bad.size(),
+                                                     &desc));
+    bad     = big;
+    bad[28] = 8; /* overlap as large as the chunk */
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), bad.size(),
+                                                     &desc));
+    bad     = big;
+    bad[36] = SPAN_RKEY_MAX_KEY + 1; /* a key larger than any span rkey */
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), bad.size(),
+                                                     &desc));
+    bad = big;
+    bad[SPAN_RKEY_HDR_SIZE + 8] = 0xff; /* a mask of 8 bits, header says 3 */
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), bad.size(),
+                                                     &desc));
+    EXPECT_GE(log_counter::count, 6u);
 }
 
 TEST(span_rkey, empty_or_wrapping_extent_is_refused)
 {
-    span_rkey_desc_t desc;
-    auto empty = make_key(0, 0x1000, 0);
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_rkey_parse(empty.data(), empty.size(), &desc));
-    auto wrap = make_key(0, UINT64_MAX - 10, 100);
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_rkey_parse(wrap.data(), wrap.size(), &desc));
+    std::vector<uint8_t> buf;
+    log_counter logs;
+    EXPECT_NE(UCS_OK, pack({0x1000, 0, 0, 0, 0, 0, 0}, buf));
+    EXPECT_NE(UCS_OK, pack({UINT64_MAX - 10, 100, 0, 0, 0, 0, 0}, buf));
 }

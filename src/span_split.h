@@ -1,0 +1,50 @@
+/*
+ * Op splitter: a zcopy put or get whose remote range crosses a chunk or
+ * unit end, or whose local iov crosses a local chunk end, becomes one inner
+ * op per piece, with one completion to the caller.
+ *
+ * UCT semantics are kept: UCS_OK when every piece completed at once,
+ * UCS_INPROGRESS and the caller's completion (status: the first error of
+ * any piece) otherwise, UCS_ERR_NO_RESOURCE only when nothing was issued.
+ * When a later piece meets no resource, the op is already under way: the
+ * rest is deferred, reissued in order from the worker's progress, and the
+ * caller gets UCS_INPROGRESS; until the deferred pieces are issued the ep's
+ * and the iface's flush answer UCS_ERR_NO_RESOURCE (retry), and destroying
+ * the ep completes them with UCS_ERR_CANCELED. Nothing is lost, completed
+ * twice or leaked.
+ */
+#ifndef SPAN_SPLIT_H_
+#define SPAN_SPLIT_H_
+
+#include "span_component.h"
+
+#include <ucs/datastruct/list.h>
+
+/* Local iovs are translated on the stack; twins advertise no more */
+#define SPAN_IOV_MAX 64
+
+/* Ops of one iface whose remaining pieces wait for resources */
+typedef struct span_split_queue {
+    ucs_list_link_t    deferred;
+    uct_worker_h       worker;
+    uct_worker_cb_id_t cb_id;
+    unsigned           test_no_resource; /* 1-based piece, 0: none */
+} span_split_queue_t;
+
+void span_split_queue_init(span_split_queue_t *queue, uct_worker_h worker,
+                           unsigned test_no_resource);
+
+/* Completes every deferred op (of ep, or all where ep is NULL) with
+ * UCS_ERR_CANCELED */
+void span_split_queue_cancel(span_split_queue_t *queue, uct_ep_h ep);
+
+/* Whether ep (or any ep where NULL) has deferred pieces */
+int span_split_queue_busy(const span_split_queue_t *queue, uct_ep_h ep);
+
+ucs_status_t span_split_zcopy(span_split_queue_t *queue, uct_ep_h ep,
+                              uct_ep_put_zcopy_func_t zcopy, size_t max_iov,
+                              const uct_iov_t *iov, size_t iovcnt,
+                              uint64_t remote_addr, const span_rkey_t *rkey,
+                              uct_completion_t *comp);
+
+#endif

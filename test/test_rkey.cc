@@ -1,8 +1,8 @@
 /* Unit tests of the span rkey wire format */
 extern "C" {
 #include "span_rkey.h"
-#include <ucs/debug/log_def.h>
 }
+#include "test_log.h"
 
 #include <gtest/gtest.h>
 #include <cstring>
@@ -11,28 +11,6 @@ extern "C" {
 
 namespace {
 
-/* Counts and silences UCX error lines while alive: a refused key must log */
-class log_counter {
-public:
-    log_counter() { count = 0; ucs_log_push_handler(handler); }
-    ~log_counter() { ucs_log_pop_handler(); }
-    static unsigned count;
-
-private:
-    static ucs_log_func_rc_t handler(const char *, unsigned, const char *,
-                                     ucs_log_level_t level,
-                                     const ucs_log_component_config_t *,
-                                     const char *, va_list)
-    {
-        if (level <= UCS_LOG_LEVEL_ERROR) {
-            ++count;
-            return UCS_LOG_FUNC_RC_STOP;
-        }
-        return UCS_LOG_FUNC_RC_CONTINUE;
-    }
-};
-
-unsigned log_counter::count;
 
 const uint64_t page = SPAN_RKEY_PAGE;
 
@@ -144,7 +122,7 @@ TEST(span_rkey, capacity_of_8_byte_keys_with_2_GiB_chunks)
         log_counter logs;
         s.length = fits + 1;
         EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, pack(s, buf)) << e.varying;
-        EXPECT_EQ(1u, log_counter::count);
+        EXPECT_EQ(1u, log_counter::count());
     }
 }
 
@@ -154,7 +132,7 @@ TEST(span_rkey, geometry_not_in_pages_is_refused)
     std::vector<uint8_t> buf;
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
               pack({0x1000, 10000, 0, 4000, 100, 8, 1}, buf));
-    EXPECT_EQ(1u, log_counter::count);
+    EXPECT_EQ(1u, log_counter::count());
 }
 
 TEST(span_rkey, every_truncation_is_refused)
@@ -169,7 +147,7 @@ TEST(span_rkey, every_truncation_is_refused)
             EXPECT_NE(UCS_OK, span_rkey_parse(cut.data(), len, &desc))
                     << "length " << len;
         }
-        EXPECT_EQ(buf.size(), log_counter::count) << "one error line each";
+        EXPECT_EQ(buf.size(), log_counter::count()) << "one error line each";
         span_rkey_desc_t desc;
         EXPECT_EQ(UCS_OK, span_rkey_parse(buf.data(), buf.size(), &desc));
     }
@@ -225,7 +203,7 @@ TEST(span_rkey, future_version_is_unsupported)
     log_counter logs;
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
               span_rkey_parse(buf.data(), buf.size(), &desc));
-    EXPECT_EQ(1u, log_counter::count);
+    EXPECT_EQ(1u, log_counter::count());
 }
 
 namespace {
@@ -292,7 +270,7 @@ TEST(span_rkey, resealed_bad_fields_are_refused)
     reseal(bad, body);
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse(bad.data(), bad.size(),
                                                      &desc));
-    EXPECT_GE(log_counter::count, 6u);
+    EXPECT_GE(log_counter::count(), 6u);
 }
 
 TEST(span_rkey, empty_or_wrapping_extent_is_refused)

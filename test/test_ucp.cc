@@ -6,6 +6,7 @@
 #include "tools/span_pair.h"
 
 #include <gtest/gtest.h>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -247,3 +248,136 @@ INSTANTIATE_TEST_SUITE_P(
         });
 
 } // namespace
+
+/*
+ * Chunked registrations at UCP level: chunks of 64 KiB overlapping by 16 KiB
+ * and, over cma+, hard boundaries at every absolute 256 KiB (self+ moves
+ * bytes with short and bcopy ops, which are refused across hard boundaries,
+ * and only IPC transports, all zcopy, ever meet those).
+ */
+class ucp_chunked : public ucp_pair {
+protected:
+    static constexpr size_t chunk = 65536, overlap = 16384, unit = 262144;
+    static constexpr size_t length = (1 << 20) + 3 * page;
+
+    void SetUp() override
+    {
+        setenv("UCX_SPAN_MAX_CHUNK", "64k", 1);
+        setenv("UCX_SPAN_CHUNK_OVERLAP", "16k", 1);
+        if (GetParam().mode == SPAN_PAIR_FORK) {
+            setenv("UCX_SPAN_TEST_UNIT_SIZE", "256k", 1);
+        }
+        ucp_pair::SetUp();
+    }
+
+    void TearDown() override
+    {
+        ucp_pair::TearDown();
+        unsetenv("UCX_SPAN_MAX_CHUNK");
+        unsetenv("UCX_SPAN_CHUNK_OVERLAP");
+        unsetenv("UCX_SPAN_TEST_UNIT_SIZE");
+    }
+
+    /* Offsets from the allocation base where a chunk or unit starts/ends */
+    std::vector<size_t> boundaries() const
+    {
+        uint64_t base = m_region.base + m_region.reg_offset;
+        uint64_t end  = base + m_region.reg_length;
+        std::vector<uint64_t> hard;
+        if (GetParam().mode == SPAN_PAIR_FORK) {
+            for (uint64_t u = (base / unit + 1) * unit; u < end; u += unit) {
+                hard.push_back(u);
+            }
+        }
+        hard.push_back(end);
+        std::vector<size_t> b;
+        uint64_t ustart = base;
+        for (uint64_t h : hard) {
+            for (uint64_t c = ustart; c + chunk < h; c += chunk - overlap) {
+                b.push_back(c + chunk - overlap - m_region.base);
+                b.push_back(c + chunk - m_region.base);
+            }
+            if (h != end) {
+                b.push_back(h - m_region.base);
+            }
+            ustart = h;
+        }
+        return b;
+    }
+};
+
+TEST_P(ucp_chunked, put_get_across_every_boundary)
+{
+    std::vector<char> info(65536);
+    span_pair_ep_info(&m_pair, info.data(), info.size());
+    ASSERT_NE(nullptr, strstr(info.data(),
+                              (std::string(" ") + GetParam().rma_tl + "/")
+                                      .c_str())) << info.data();
+    map(length, 21);
+    auto bounds = boundaries();
+    ASSERT_GE(bounds.size(), 20u);
+    size_t reg_end = page + length;
+    unsigned seed  = 30, moved = 0;
+    for (size_t b : bounds) {
+        for (long delta : {-1L, 0L, 1L}) {
+            for (size_t len : {size_t(1), size_t(8), overlap, 3 * chunk + 5}) {
+                size_t off = b + delta - std::min(len / 2, size_t(b - page));
+                if ((off < page) || (off + len > reg_end)) {
+                    continue;
+                }
+                std::vector<uint8_t> src(len), dst(len, 0);
+                span_pair_fill(src.data(), len, ++seed, off);
+                ASSERT_EQ(UCS_OK, span_pair_put(&m_pair, &m_region, off,
+                                                src.data(), len))
+                        << len << " at " << off;
+                ASSERT_EQ(0u, check(off, len, seed)) << len << " at " << off;
+                ASSERT_EQ(UCS_OK, span_pair_get(&m_pair, &m_region, off,
+                                                dst.data(), len));
+                ASSERT_EQ(0u, span_pair_mismatches(dst.data(), len, seed, off))
+                        << "get " << len << " at " << off;
+                ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 21));
+                ++moved;
+            }
+        }
+    }
+    EXPECT_GT(moved, 100u);
+    EXPECT_EQ(0u, check(0, m_region.alloc_length, 21));
+}
+
+TEST_P(ucp_chunked, atomics_beside_every_boundary)
+{
+    map(length, 22);
+    for (size_t b : boundaries()) {
+        for (size_t off : {b - 8, b}) {
+            off &= ~size_t(7);
+            uint64_t before, after, fetched = 0;
+            ASSERT_EQ(UCS_OK, span_pair_read64(&m_pair, &m_region, off,
+                                               &before));
+            ASSERT_EQ(UCS_OK, span_pair_atomic(&m_pair, &m_region, off,
+                                               UCP_ATOMIC_OP_ADD, 3, 0,
+                                               &fetched)) << off;
+            ASSERT_EQ(UCS_OK, span_pair_read64(&m_pair, &m_region, off,
+                                               &after));
+            EXPECT_EQ(before, fetched) << off;
+            EXPECT_EQ(before + 3, after) << off;
+        }
+    }
+}
+
+TEST_P(ucp_chunked, tag_rendezvous_of_many_chunks)
+{
+    for (size_t len : {size_t(200000), size_t(3) << 20}) {
+        ucs_status_t status;
+        EXPECT_EQ(0u, span_pair_tag_send(&m_pair, len, 40, &status)) << len;
+        EXPECT_EQ(UCS_OK, status) << len;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        twins, ucp_chunked,
+        ::testing::Values(ucp_case{"posix,cma+", SPAN_PAIR_FORK, "cma+"},
+                          ucp_case{"self+", SPAN_PAIR_LOOPBACK, "self+"}),
+        [](const ::testing::TestParamInfo<ucp_case> &info) {
+            return std::string(info.param.mode == SPAN_PAIR_FORK ? "cmaP" :
+                                                                   "selfP");
+        });

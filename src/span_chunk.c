@@ -6,19 +6,6 @@
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 
-static uint64_t span_chunk_unit_end(const span_chunk_geom_t *geom,
-                                    uint64_t ustart)
-{
-    uint64_t end = geom->base + geom->length;
-    uint64_t uend;
-
-    if (geom->unit_size == 0) {
-        return end;
-    }
-    uend = ustart - (ustart % geom->unit_size) + geom->unit_size;
-    return ((uend > end) || (uend < ustart)) ? end : uend;
-}
-
 ucs_status_t span_chunk_plan(span_chunk_geom_t *geom, uint64_t base,
                              uint64_t length, uint64_t unit_size,
                              uint64_t chunk_size, uint64_t overlap)
@@ -47,8 +34,8 @@ ucs_status_t span_chunk_plan(span_chunk_geom_t *geom, uint64_t base,
     num_units          = 1;
     if ((unit_size != 0) && (span_chunk_unit_end(geom, base) < base + length)) {
         /* units after the first: whole ones, and a last one maybe shorter */
-        num_units  = (base + length - geom->unit0_start + unit_size - 1) /
-                     unit_size;
+        num_units  = ((base + length - 1 - geom->unit0_start) /
+                      unit_size) + 1;
         if (num_units > SPAN_CHUNK_MAX) {
             chunks = num_units; /* refused below, before any product */
             goto check;
@@ -85,6 +72,6 @@ void span_chunk_range(const span_chunk_geom_t *geom, uint32_t index,
     start = ustart + (j * geom->stride);
     *start_p  = start;
     *length_p = ((geom->chunk_size == 0) ||
-                 (start + geom->chunk_size > uend)) ? uend - start :
-                                                      geom->chunk_size;
+                 (uend - start <= geom->chunk_size)) ? uend - start :
+                                                       geom->chunk_size;
 }

@@ -53,37 +53,48 @@ span_chunk_count_in(const span_chunk_geom_t *geom, uint64_t length)
     return 1 + (length - geom->chunk_size + geom->stride - 1) / geom->stride;
 }
 
+/* End of the unit that holds ustart, without overflow near 2^64 */
+static UCS_F_ALWAYS_INLINE uint64_t
+span_chunk_unit_end(const span_chunk_geom_t *geom, uint64_t ustart)
+{
+    uint64_t end = geom->base + geom->length;
+    uint64_t aligned;
+
+    if (geom->unit_size == 0) {
+        return end;
+    }
+    aligned = ustart - (ustart % geom->unit_size);
+    return (end - aligned > geom->unit_size) ? aligned + geom->unit_size : end;
+}
+
 /* The chunk to use for an access at addr (inside the extent), and in
  * *avail_p the bytes from addr to that chunk's end */
 static UCS_F_ALWAYS_INLINE uint32_t
 span_chunk_find(const span_chunk_geom_t *geom, uint64_t addr,
                 uint64_t *avail_p)
 {
-    uint64_t end = geom->base + geom->length;
-    uint64_t unit, ustart, uend, j, cstart, cend;
+    uint64_t unit = 0, ustart = geom->base, uend, j = 0, cstart;
 
     if (ucs_likely(geom->num_chunks == 1)) {
-        *avail_p = end - addr;
+        *avail_p = geom->base + geom->length - addr;
         return 0;
     }
 
-    unit   = geom->unit_size ? (addr - geom->unit0_start) / geom->unit_size :
-                               0;
-    ustart = geom->unit0_start + (unit * geom->unit_size);
-    ustart = (unit == 0) ? geom->base : ustart;
-    uend   = geom->unit_size ? ustart - (ustart % geom->unit_size) +
-                               geom->unit_size : end;
-    uend   = (uend > end) ? end : uend;
-    j      = 0;
-    cend   = uend;
+    if (geom->unit_size != 0) {
+        unit   = (addr - geom->unit0_start) / geom->unit_size;
+        ustart = (unit == 0) ? geom->base :
+                 geom->unit0_start + (unit * geom->unit_size);
+    }
+    uend = span_chunk_unit_end(geom, ustart);
     if (geom->chunk_size != 0) {
         j      = (addr - ustart) / geom->stride;
         j      = ucs_min(j, span_chunk_count_in(geom, uend - ustart) - 1);
         cstart = ustart + (j * geom->stride);
-        cend   = ucs_min(cstart + geom->chunk_size, uend);
+        uend   = (uend - cstart > geom->chunk_size) ?
+                 cstart + geom->chunk_size : uend;
     }
 
-    *avail_p = cend - addr;
+    *avail_p = uend - addr;
     return (unit == 0) ? j : geom->unit0_chunks +
                              ((unit - 1) * geom->unit_chunks) + j;
 }

@@ -21,6 +21,9 @@ struct plan_case {
         return ::testing::AssertionFailure() << "plan failed";
     }
     uint64_t end = c.base + c.length, covered = c.base;
+    if (g.num_chunks == 0) {
+        return ::testing::AssertionFailure() << "no chunks";
+    }
     uint64_t prev_start = 0, prev_len = 0;
     for (uint32_t i = 0; i < g.num_chunks; ++i) {
         uint64_t start, len;
@@ -65,8 +68,9 @@ struct plan_case {
                    << ") avail " << avail;
         }
         /* an op of up to overlap bytes that crosses no hard boundary fits */
-        uint64_t uend = c.unit ? std::min(end, (addr / c.unit + 1) * c.unit) :
-                                 end;
+        uint64_t aligned = c.unit ? addr - addr % c.unit : 0;
+        uint64_t uend    = (c.unit && (end - aligned > c.unit)) ?
+                           aligned + c.unit : end;
         uint64_t need = std::min(uend - addr, c.chunk ? c.overlap : end);
         if (need > avail) {
             return ::testing::AssertionFailure() << "op of " << need
@@ -111,6 +115,39 @@ TEST(span_chunk, random_geometries)
         ASSERT_TRUE(check_plan(c)) << c.base << " +" << c.length << " unit "
                                    << c.unit << " chunk " << c.chunk
                                    << " overlap " << c.overlap;
+    }
+}
+
+TEST(span_chunk, extents_at_the_top_of_the_address_space)
+{
+    std::mt19937_64 rng(11);
+    for (int n = 0; n < 2000; ++n) {
+        plan_case c;
+        c.length  = 1 + rng() % 3000;
+        c.base    = UINT64_MAX - c.length - rng() % 100; /* end < 2^64 */
+        c.unit    = (rng() % 2) ? 0 : 64 + rng() % 1000;
+        c.chunk   = (rng() % 4) ? 16 + rng() % 600 : 0;
+        c.overlap = c.chunk ? rng() % c.chunk : 0;
+        ASSERT_TRUE(check_plan(c)) << c.base << " +" << c.length << " unit "
+                                   << c.unit << " chunk " << c.chunk
+                                   << " overlap " << c.overlap;
+    }
+}
+
+TEST(span_chunk, huge_extents_never_wrap_the_count)
+{
+    /* found by the rkey fuzzer: a unit count that wrapped made 0 chunks */
+    span_chunk_geom_t g;
+    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
+              span_chunk_plan(&g, 0, 0xfffffffffffff700ull, 0x10010000000ull,
+                              0xffffffff000ull, 0x38373737000ull));
+    for (uint64_t unit : {uint64_t(1) << 40, uint64_t(1) << 62,
+                          uint64_t(3) << 62}) {
+        if (span_chunk_plan(&g, 4096, UINT64_MAX - 8192, unit, 0, 0) ==
+            UCS_OK) {
+            EXPECT_GE(g.num_chunks, 1u);
+            EXPECT_TRUE(check_plan({4096, 4096, unit, 0, 0}));
+        }
     }
 }
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the span rkey fuzzer with clang's libFuzzer (ASan + UBSan) and runs
+# it for SECONDS on a corpus directory, kept between runs.
+#   test/fuzz/run.sh SECONDS [CORPUS_DIR]
+# Environment: SPAN_TOP_SRCDIR, SPAN_UCX_CPPFLAGS, SPAN_UCX_LIBDIR (set by
+# ctest; defaults fit the source tree with contrib/setup.sh's UCX).
+# Exit 77 (ctest: skipped) when clang cannot build a libFuzzer target.
+set -euo pipefail
+
+seconds=${1:-20}
+top=${SPAN_TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+cppflags=${SPAN_UCX_CPPFLAGS:--I$top/.deps/ucx/include}
+libdir=${SPAN_UCX_LIBDIR:-$top/.deps/ucx/lib}
+corpus=${2:-${TMPDIR:-/tmp}/span-fuzz-rkey-corpus}
+out=${TMPDIR:-/tmp}/span-fuzz-rkey.$$
+trap 'rm -rf "$out"' EXIT
+mkdir -p "$out" "$corpus"
+
+if ! command -v clang >/dev/null ||
+   ! clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
+         $cppflags -I"$top/src" "$top/test/fuzz/fuzz_rkey.c" \
+         "$top/src/span_rkey.c" "$top/src/span_chunk.c" -L"$libdir" \
+         -Wl,-rpath,"$libdir" -lucs -o "$out/fuzz_rkey" 2>"$out/build.log"; then
+    echo "SKIPPED: clang with libFuzzer is not available:"
+    cat "$out/build.log" 2>/dev/null | tail -3
+    exit 77
+fi
+
+findings=${TMPDIR:-/tmp}/span-fuzz-rkey-findings
+mkdir -p "$findings"
+rm -f "$findings"/crash-* "$findings"/leak-* "$findings"/timeout-* "$findings"/oom-*
+UBSAN_OPTIONS=halt_on_error=1 "$out/fuzz_rkey" -max_total_time="$seconds" \
+    -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" 2>&1 |
+    grep -E "^(#[0-9]+ +DONE|stat::number|stat::new|==|SUMMARY|Done)" || true
+if ls "$findings"/* >/dev/null 2>&1; then
+    echo "FINDINGS (inputs kept in $findings):"
+    ls -la "$findings"
+    exit 1
+fi

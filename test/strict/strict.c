@@ -1,0 +1,483 @@
+/*
+ * "strict": a test-only UCT component that behaves like an RDMA NIC on a
+ * machine without one. Its MD registers at most UCX_STRICT_MAX_MR_SIZE
+ * bytes per region: larger registrations fail, or, with
+ * UCX_STRICT_TRUNCATE=y, silently cover only the first MAX_MR_SIZE bytes
+ * (the buggy engines' behaviour). Its rkey carries the extent really
+ * registered and a key; its transport moves bytes with cma, and fails an op
+ * whose remote range lies outside the rkey's extent or whose key does not
+ * match it, with UCS_ERR_IO_ERROR as a NIC's remote access error.
+ * UCX_STRICT_REPORT_MAX_REG=n makes the MD report no limit, as UCX's ib MD
+ * does.
+ */
+#include "ucx/span_ucx.h"
+
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/string.h>
+#include <ucs/sys/stubs.h>
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STRICT_RKEY_SIZE  24
+#define STRICT_MAX_IFACES 64
+
+typedef struct strict_md_config {
+    uct_md_config_t super;
+    size_t          max_mr_size;
+    int             truncate;
+    int             report_max_reg;
+} strict_md_config_t;
+
+typedef struct strict_md {
+    uct_md_t  super;
+    uct_md_h  cma_md;
+    size_t    max_mr_size;
+    int       truncate;
+    int       report_max_reg;
+} strict_md_t;
+
+/* A registration and, unpacked, a remote key: the extent and its key */
+typedef struct strict_region {
+    uint64_t base;
+    uint64_t length;
+    uint32_t key;
+} strict_region_t;
+
+static uct_component_t strict_component;
+static uct_component_t *strict_cma_component;
+static uct_tl_t        *strict_cma_tl;
+static long             strict_live_regs;
+
+/* Registrations alive in this process: a test reads it to find leaks */
+long __attribute__((visibility("default"))) strict_md_live_registrations(void)
+{
+    return __atomic_load_n(&strict_live_regs, __ATOMIC_RELAXED);
+}
+
+static uint32_t strict_key(uint64_t base, uint64_t length)
+{
+    uint64_t words[2] = {base, length};
+    const uint8_t *p  = (const uint8_t*)words;
+    uint32_t hash     = 2166136261u;
+    size_t i;
+
+    for (i = 0; i < sizeof(words); ++i) {
+        hash = (hash ^ p[i]) * 16777619u;
+    }
+    return hash;
+}
+
+static ucs_config_field_t strict_md_config_table[] = {
+    {"", "", NULL, ucs_offsetof(strict_md_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"MAX_MR_SIZE", "64m", "Largest region one registration covers.",
+     ucs_offsetof(strict_md_config_t, max_mr_size), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"TRUNCATE", "n",
+     "Register only the first MAX_MR_SIZE bytes of a larger region, and say\n"
+     "nothing, instead of failing.",
+     ucs_offsetof(strict_md_config_t, truncate), UCS_CONFIG_TYPE_BOOL},
+
+    {"REPORT_MAX_REG", "y",
+     "Report MAX_MR_SIZE as the MD's max_reg; 'n' reports no limit.",
+     ucs_offsetof(strict_md_config_t, report_max_reg), UCS_CONFIG_TYPE_BOOL},
+
+    {NULL}
+};
+
+/* --- memory domain ------------------------------------------------------ */
+
+static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
+{
+    strict_md_t *smd = (strict_md_t*)md;
+
+    memset(attr, 0, sizeof(*attr));
+    attr->max_reg          = smd->report_max_reg ? smd->max_mr_size : SIZE_MAX;
+    attr->flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
+    attr->reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->rkey_packed_size = STRICT_RKEY_SIZE;
+    attr->reg_alignment    = 1;
+    ucs_strncpy_zero(attr->component_name, strict_component.name,
+                     sizeof(attr->component_name));
+    return UCS_OK;
+}
+
+static ucs_status_t strict_md_mem_reg(uct_md_h md, void *address,
+                                      size_t length,
+                                      const uct_md_mem_reg_params_t *params,
+                                      uct_mem_h *memh_p)
+{
+    strict_md_t *smd = (strict_md_t*)md;
+    strict_region_t *region;
+
+    if ((length > smd->max_mr_size) && !smd->truncate) {
+        ucs_error("strict: cannot register %p +%zu, more than %zu bytes",
+                  address, length, smd->max_mr_size);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    region = malloc(sizeof(*region));
+    if (region == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    region->base   = (uintptr_t)address;
+    region->length = ucs_min(length, smd->max_mr_size);
+    region->key    = strict_key(region->base, region->length);
+    __atomic_add_fetch(&strict_live_regs, 1, __ATOMIC_RELAXED);
+    *memh_p = region;
+    return UCS_OK;
+}
+
+static ucs_status_t strict_md_mem_dereg(uct_md_h md,
+                                        const uct_md_mem_dereg_params_t *params)
+{
+    if (!(params->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH) ||
+        (params->memh == NULL)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    free(params->memh);
+    __atomic_sub_fetch(&strict_live_regs, 1, __ATOMIC_RELAXED);
+    return UCS_OK;
+}
+
+static ucs_status_t strict_md_mkey_pack(uct_md_h md, uct_mem_h memh,
+                                        void *address, size_t length,
+                                        const uct_md_mkey_pack_params_t *params,
+                                        void *buffer)
+{
+    const strict_region_t *region = memh;
+    uint8_t *p                    = buffer;
+
+    memcpy(p, &region->key, 4);
+    memset(p + 4, 0xa5, 4);
+    memcpy(p + 8, &region->base, 8);
+    memcpy(p + 16, &region->length, 8);
+    return UCS_OK;
+}
+
+static ucs_status_t strict_md_unsupported(void)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static void strict_md_close(uct_md_h md)
+{
+    strict_md_t *smd = (strict_md_t*)md;
+
+    uct_md_close(smd->cma_md);
+    free(smd);
+}
+
+static uct_md_ops_t strict_md_ops = {
+    .close              = strict_md_close,
+    .query              = strict_md_query,
+    .mem_alloc          = (void*)strict_md_unsupported,
+    .mem_free           = (void*)strict_md_unsupported,
+    .mem_advise         = (void*)strict_md_unsupported,
+    .mem_reg            = strict_md_mem_reg,
+    .mem_dereg          = strict_md_mem_dereg,
+    .mem_query          = (void*)strict_md_unsupported,
+    .mkey_pack          = strict_md_mkey_pack,
+    .mem_attach         = (void*)strict_md_unsupported,
+    .detect_memory_type = (void*)strict_md_unsupported,
+    .mem_elem_pack      = (void*)strict_md_unsupported
+};
+
+static ucs_status_t strict_md_open(uct_component_t *component,
+                                   const char *md_name,
+                                   const uct_md_config_t *config,
+                                   uct_md_h *md_p)
+{
+    const strict_md_config_t *sconfig = (const strict_md_config_t*)config;
+    uct_md_config_t *cma_config;
+    strict_md_t *smd;
+    ucs_status_t status;
+
+    smd = calloc(1, sizeof(*smd));
+    if (smd == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = uct_md_config_read(strict_cma_component, NULL, NULL, &cma_config);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+    status = uct_md_open(strict_cma_component, "cma", cma_config,
+                         &smd->cma_md);
+    uct_config_release(cma_config);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+
+    smd->super.ops       = &strict_md_ops;
+    smd->super.component = component;
+    smd->max_mr_size     = sconfig->max_mr_size;
+    smd->truncate        = sconfig->truncate;
+    smd->report_max_reg  = sconfig->report_max_reg;
+    *md_p                = &smd->super;
+    return UCS_OK;
+
+err_free:
+    free(smd);
+    return status;
+}
+
+static ucs_status_t strict_query_md_resources(uct_component_t *component,
+                                              uct_md_resource_desc_t **res_p,
+                                              unsigned *count_p)
+{
+    uct_md_resource_desc_t *res = ucs_realloc(NULL, sizeof(*res),
+                                              "strict_md");
+
+    if (res == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    ucs_strncpy_zero(res->md_name, "strict", sizeof(res->md_name));
+    *res_p   = res;
+    *count_p = 1;
+    return UCS_OK;
+}
+
+/* --- remote keys -------------------------------------------------------- */
+
+static ucs_status_t strict_rkey_unpack(uct_component_t *component,
+                                       const void *buffer,
+                                       const uct_rkey_unpack_params_t *params,
+                                       uct_rkey_t *rkey_p, void **handle_p)
+{
+    const uint8_t *p = buffer;
+    strict_region_t *region;
+
+    region = malloc(sizeof(*region));
+    if (region == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    memcpy(&region->key, p, 4);
+    memcpy(&region->base, p + 8, 8);
+    memcpy(&region->length, p + 16, 8);
+    *rkey_p   = (uintptr_t)region;
+    *handle_p = NULL;
+    return UCS_OK;
+}
+
+static ucs_status_t strict_rkey_release(uct_component_t *component,
+                                        uct_rkey_t rkey, void *handle)
+{
+    free((void*)rkey);
+    return UCS_OK;
+}
+
+static ucs_status_t strict_rkey_compare(uct_component_t *component,
+                                        uct_rkey_t rkey1, uct_rkey_t rkey2,
+                                        const uct_rkey_compare_params_t *params,
+                                        int *result)
+{
+    *result = memcmp((void*)rkey1, (void*)rkey2, sizeof(strict_region_t));
+    return UCS_OK;
+}
+
+/* --- transport: cma's iface, its RMA ops checked like a NIC's ------------ */
+
+typedef struct strict_iface {
+    uct_iface_h     iface;
+    uct_iface_ops_t ops; /* cma's */
+} strict_iface_t;
+
+static strict_iface_t  strict_ifaces[STRICT_MAX_IFACES];
+static pthread_mutex_t strict_ifaces_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static strict_iface_t *strict_iface_find(uct_iface_h iface)
+{
+    int i;
+
+    for (i = 0; i < STRICT_MAX_IFACES; ++i) {
+        if (__atomic_load_n(&strict_ifaces[i].iface, __ATOMIC_ACQUIRE) ==
+            iface) {
+            return &strict_ifaces[i];
+        }
+    }
+    return NULL;
+}
+
+static ucs_status_t strict_check(const uct_iov_t *iov, size_t iovcnt,
+                                 uint64_t addr, uct_rkey_t rkey)
+{
+    const strict_region_t *region = (const strict_region_t*)rkey;
+    size_t i, length = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        length += iov[i].length * iov[i].count;
+    }
+    if (region->key != strict_key(region->base, region->length)) {
+        ucs_error("strict: remote access error: key 0x%x does not match the "
+                  "region [0x%" PRIx64 ", +%" PRIu64 ")", region->key,
+                  region->base, region->length);
+        return UCS_ERR_IO_ERROR;
+    }
+    if ((addr < region->base) || (length > region->length) ||
+        (addr - region->base > region->length - length)) {
+        ucs_error("strict: remote access error: [0x%" PRIx64 ", +%zu) is "
+                  "outside the registered [0x%" PRIx64 ", +%" PRIu64 ")",
+                  addr, length, region->base, region->length);
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t strict_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
+                                        size_t iovcnt, uint64_t remote_addr,
+                                        uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = strict_check(iov, iovcnt, remote_addr, rkey);
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    return strict_iface_find(ep->iface)->ops.ep_put_zcopy(
+            ep, iov, iovcnt, remote_addr, UCT_INVALID_RKEY, comp);
+}
+
+static ucs_status_t strict_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
+                                        size_t iovcnt, uint64_t remote_addr,
+                                        uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = strict_check(iov, iovcnt, remote_addr, rkey);
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    return strict_iface_find(ep->iface)->ops.ep_get_zcopy(
+            ep, iov, iovcnt, remote_addr, UCT_INVALID_RKEY, comp);
+}
+
+static void strict_iface_close(uct_iface_h iface)
+{
+    strict_iface_t *siface = strict_iface_find(iface);
+    uct_iface_close_func_t close = siface->ops.iface_close;
+
+    pthread_mutex_lock(&strict_ifaces_lock);
+    __atomic_store_n(&siface->iface, NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&strict_ifaces_lock);
+    close(iface);
+}
+
+static ucs_status_t strict_iface_open(uct_md_h md, uct_worker_h worker,
+                                      const uct_iface_params_t *params,
+                                      const uct_iface_config_t *config,
+                                      uct_iface_h *iface_p)
+{
+    strict_md_t *smd = (strict_md_t*)md;
+    uct_iface_params_t cma_params = *params;
+    strict_iface_t *siface;
+    uct_iface_h iface;
+    ucs_status_t status;
+
+    cma_params.mode.device.tl_name = "cma";
+    status = strict_cma_tl->iface_open(smd->cma_md, worker, &cma_params,
+                                       config, &iface);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    pthread_mutex_lock(&strict_ifaces_lock);
+    siface = strict_iface_find(NULL);
+    if (siface != NULL) {
+        siface->ops = iface->ops;
+        __atomic_store_n(&siface->iface, iface, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&strict_ifaces_lock);
+    if (siface == NULL) {
+        iface->ops.iface_close(iface);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    iface->ops.ep_put_zcopy = strict_ep_put_zcopy;
+    iface->ops.ep_get_zcopy = strict_ep_get_zcopy;
+    iface->ops.iface_close  = strict_iface_close;
+    *iface_p                = iface;
+    return UCS_OK;
+}
+
+static ucs_status_t strict_query_devices(uct_md_h md,
+                                         uct_tl_device_resource_t **devices_p,
+                                         unsigned *num_devices_p)
+{
+    return strict_cma_tl->query_devices(((strict_md_t*)md)->cma_md, devices_p,
+                                        num_devices_p);
+}
+
+static uct_tl_t strict_tl = {
+    .name          = "strict",
+    .query_devices = strict_query_devices,
+    .iface_open    = strict_iface_open,
+};
+
+static uct_component_t strict_component = {
+    .name               = "strict",
+    .query_md_resources = strict_query_md_resources,
+    .md_open            = strict_md_open,
+    .cm_open            = (void*)strict_md_unsupported,
+    .rkey_unpack        = strict_rkey_unpack,
+    .rkey_ptr           = (void*)strict_md_unsupported,
+    .rkey_release       = strict_rkey_release,
+    .rkey_compare       = strict_rkey_compare,
+    .md_config          = {
+        .name   = "Strict test memory domain",
+        .prefix = "STRICT_",
+        .table  = strict_md_config_table,
+        .size   = sizeof(strict_md_config_t),
+    },
+    .cm_config          = {"", "", NULL, 0},
+    .tl_list            = UCS_LIST_INITIALIZER(&strict_component.tl_list,
+                                               &strict_component.tl_list),
+    .flags              = 0,
+    .md_vfs_init        = (void*)ucs_empty_function
+};
+
+/* cma may load after this module: load it now, beside libuct, so that its
+ * component, transport and configuration are known */
+static ucs_status_t strict_find_cma(void)
+{
+    char path[PATH_MAX], module[PATH_MAX + 32];
+    uct_component_t *component;
+    Dl_info info;
+
+    if (dladdr((void*)uct_md_open, &info) && (info.dli_fname != NULL)) {
+        ucs_strncpy_zero(path, info.dli_fname, sizeof(path));
+        snprintf(module, sizeof(module), "%s/ucx/libuct_cma.so.0",
+                 dirname(path));
+        dlopen(module, RTLD_LAZY | RTLD_NODELETE);
+    }
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if (!strcmp(component->name, "cma") &&
+            !ucs_list_is_empty(&component->tl_list)) {
+            strict_cma_component = component;
+            strict_cma_tl = ucs_list_head(&component->tl_list, uct_tl_t, list);
+            return UCS_OK;
+        }
+    }
+    ucs_warn("strict: no cma transport in this UCX; not registered");
+    return UCS_ERR_NO_DEVICE;
+}
+
+ucs_status_t __attribute__((visibility("protected")))
+ucs_module_global_init(void)
+{
+    ucs_status_t status = strict_find_cma();
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    strict_tl.config = strict_cma_tl->config; /* UCX_CMA_* configure it */
+    ucs_list_head_init(&strict_tl.config.list);
+    ucs_list_add_tail(&strict_component.tl_list, &strict_tl.list);
+    uct_component_register(&strict_component);
+    return UCS_OK;
+}

@@ -241,10 +241,11 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
         twins, ucp_twin,
         ::testing::Values(ucp_case{"posix,cma+", SPAN_PAIR_FORK, "cma+"},
+                          ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+"},
                           ucp_case{"self+", SPAN_PAIR_LOOPBACK, "self+"}),
         [](const ::testing::TestParamInfo<ucp_case> &info) {
-            return std::string(info.param.mode == SPAN_PAIR_FORK ? "cmaP" :
-                                                                   "selfP");
+            std::string name = info.param.rma_tl;
+            return name.substr(0, name.size() - 1) + "P";
         });
 
 } // namespace
@@ -376,8 +377,96 @@ TEST_P(ucp_chunked, tag_rendezvous_of_many_chunks)
 INSTANTIATE_TEST_SUITE_P(
         twins, ucp_chunked,
         ::testing::Values(ucp_case{"posix,cma+", SPAN_PAIR_FORK, "cma+"},
+                          ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+"},
                           ucp_case{"self+", SPAN_PAIR_LOOPBACK, "self+"}),
         [](const ::testing::TestParamInfo<ucp_case> &info) {
-            return std::string(info.param.mode == SPAN_PAIR_FORK ? "cmaP" :
-                                                                   "selfP");
+            std::string name = info.param.rma_tl;
+            return name.substr(0, name.size() - 1) + "P";
+        });
+
+/*
+ * The bug span exists for, on CPU: the strict transport registers at most
+ * 64 MiB and, like the buggy engines, silently registers a larger buffer
+ * truncated while its key claims nothing more. Natively a transfer past
+ * 64 MiB fails; through the twin, which learns the limit from the MD and
+ * registers 64 MiB chunks, every transfer succeeds and every byte lands.
+ */
+class ucp_strict : public ucp_pair {
+protected:
+    static constexpr size_t MiB = 1 << 20, cap = 64 * MiB;
+    static constexpr size_t length = 256 * MiB;
+
+    void SetUp() override
+    {
+        setenv("UCX_STRICT_MAX_MR_SIZE", "64m", 1);
+        setenv("UCX_STRICT_TRUNCATE", "y", 1);
+        ucp_pair::SetUp();
+    }
+
+    void TearDown() override
+    {
+        ucp_pair::TearDown();
+        unsetenv("UCX_STRICT_MAX_MR_SIZE");
+        unsetenv("UCX_STRICT_TRUNCATE");
+    }
+
+    ucs_status_t put_and_get(size_t off, size_t len, unsigned seed,
+                             size_t *wrong)
+    {
+        std::vector<uint8_t> src(len), dst(len, 0);
+        span_pair_fill(src.data(), len, seed, off);
+        ucs_status_t st = span_pair_put(&m_pair, &m_region, off, src.data(),
+                                        len);
+        if (st == UCS_OK) {
+            st = span_pair_get(&m_pair, &m_region, off, dst.data(), len);
+        }
+        *wrong = check(off, len, seed) +
+                 span_pair_mismatches(dst.data(), len, seed, off);
+        return st;
+    }
+};
+
+TEST_P(ucp_strict, transfers_past_the_registration_cap)
+{
+    map(length, 50);
+    const size_t base = page; /* the registration's offset in the allocation */
+    const struct {
+        size_t off, len;
+    } cases[] = {{base, 8},                      {base + cap - 8, 8},
+                 {base + cap - 4, 8},            {base + cap, 8},
+                 {base + 100 * MiB + 3, 4096},   {base + length - 8, 8},
+                 {base + cap - MiB, 3 * MiB},    {base + 10 * MiB, 200 * MiB}};
+    unsigned seed = 60;
+    for (auto &c : cases) {
+        size_t wrong;
+        ucs_status_t st = put_and_get(c.off, c.len, ++seed, &wrong);
+        bool past_cap   = c.off + c.len > base + cap;
+        if (twin() || !past_cap) {
+            EXPECT_EQ(UCS_OK, st) << c.len << " at " << c.off;
+            EXPECT_EQ(0u, wrong) << c.len << " at " << c.off;
+        } else {
+            EXPECT_NE(UCS_OK, st) << "native, past the cap: " << c.len
+                                  << " at " << c.off;
+        }
+        ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 50));
+    }
+}
+
+TEST_P(ucp_strict, tag_rendezvous_past_the_cap)
+{
+    if (!twin()) {
+        GTEST_SKIP() << "native: the sender's key covers 64 MiB of 100";
+    }
+    ucs_status_t status;
+    EXPECT_EQ(0u, span_pair_tag_send(&m_pair, 100 * MiB + 5, 70, &status));
+    EXPECT_EQ(UCS_OK, status);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        strict, ucp_strict,
+        ::testing::Values(ucp_case{"posix,strict", SPAN_PAIR_FORK, "strict"},
+                          ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+"}),
+        [](const ::testing::TestParamInfo<ucp_case> &info) {
+            return std::string(info.param.rma_tl[6] == '+' ? "twin" :
+                                                             "native");
         });

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <set>
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <algorithm>
 #include <cstring>
@@ -439,10 +440,45 @@ class span_uct_chunked : public span_uct {
 protected:
     static constexpr size_t chunk = 16384, overlap = 4096, unit = 32768;
 
+    /* strict's MD reports a 16 KiB limit, which the twin must learn; the
+     * others get it forced */
+    void SetUp() override
+    {
+        setenv("UCX_STRICT_MAX_MR_SIZE", "16k", 1);
+        span_uct::SetUp();
+    }
+
+    void TearDown() override
+    {
+        span_uct::TearDown();
+        unsetenv("UCX_STRICT_MAX_MR_SIZE");
+    }
+
+    bool strict() const { return std::string(GetParam()) == "strict+"; }
+
     md_options_t md_options() const override
     {
-        return {{"SPAN_MAX_CHUNK", "16k"}, {"SPAN_CHUNK_OVERLAP", "4k"},
-                {"SPAN_TEST_UNIT_SIZE", "32k"}};
+        md_options_t options = {{"SPAN_CHUNK_OVERLAP", "4k"},
+                                {"SPAN_TEST_UNIT_SIZE", "32k"}};
+        if (!strict()) {
+            options.push_back({"SPAN_MAX_CHUNK", "16k"});
+        }
+        return options;
+    }
+
+    /* Inner registrations alive, where the inner MD is strict's */
+    static long strict_live()
+    {
+        std::string path = std::string(getenv("UCX_MODULE_DIR")) +
+                           "/libuct_strict.so.0";
+        void *dl = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+        auto fn  = dl ? (long (*)())dlsym(dl, "strict_md_live_registrations") :
+                        nullptr;
+        long n   = fn ? fn() : -1;
+        if (dl != nullptr) {
+            dlclose(dl);
+        }
+        return n;
     }
 
     /* Offsets of the remote buffer where a chunk or a unit starts or ends */
@@ -627,6 +663,8 @@ TEST_P(span_uct_chunked, failed_chunk_registration_rolls_back)
     if (!inner_registers()) {
         GTEST_SKIP() << "cma registers nothing: no inner registration can fail";
     }
+    long live = strict_live();
+    ASSERT_TRUE(!strict() || (live >= 0)) << "strict's counter not found";
     for (unsigned k = 1; k <= num_chunks(buf.data()) + 1; ++k) {
         md_options_t options = md_options();
         options.push_back({"SPAN_TEST_FAIL_REG", std::to_string(k)});
@@ -639,6 +677,8 @@ TEST_P(span_uct_chunked, failed_chunk_registration_rolls_back)
             EXPECT_EQ(UCS_ERR_NO_MEMORY, st) << "chunk " << k << " of "
                     << num_chunks(buf.data()) << " at " << (void*)buf.data();
             EXPECT_EQ(1u, logs.count("(injected)")) << "chunk " << k;
+            EXPECT_EQ(live, strict_live()) << "chunks before " << k
+                                           << " not rolled back";
         } else {
             ASSERT_EQ(UCS_OK, st) << "past the last chunk " << k;
             EXPECT_EQ(UCS_OK, uct_md_mem_dereg(fmd, h));
@@ -653,6 +693,7 @@ TEST_P(span_uct_chunked, failed_chunk_deregistration_releases_all)
     if (!inner_registers()) {
         GTEST_SKIP() << "cma registers nothing: no inner registration can fail";
     }
+    long live = strict_live();
     for (unsigned k = 1; k <= num_chunks(buf.data()); ++k) {
         md_options_t options = md_options();
         options.push_back({"SPAN_TEST_FAIL_DEREG", std::to_string(k)});
@@ -661,8 +702,12 @@ TEST_P(span_uct_chunked, failed_chunk_deregistration_releases_all)
         uct_mem_h h;
         ASSERT_EQ(UCS_OK, uct_md_mem_reg(fmd, buf.data(), size,
                                          UCT_MD_MEM_ACCESS_ALL, &h));
+        if (strict()) {
+            EXPECT_EQ(long(num_chunks(buf.data())), strict_live() - live);
+        }
         log_counter logs;
         EXPECT_EQ(UCS_ERR_IO_ERROR, uct_md_mem_dereg(fmd, h)) << k;
+        EXPECT_EQ(live, strict_live()) << "a chunk was not released";
         EXPECT_EQ(1u, logs.count("deregistration of chunk")) << k;
         uct_md_close(fmd);
     }
@@ -683,7 +728,7 @@ TEST_P(span_uct_chunked, too_many_chunks_are_refused_at_registration)
 }
 
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_chunked,
-                         ::testing::Values("self+", "cma+"));
+                         ::testing::Values("self+", "cma+", "strict+"));
 
 /* The second piece of every split op first meets no resource, as from a
  * full send queue: the op is under way, so the rest is deferred */

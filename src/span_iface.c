@@ -141,9 +141,9 @@ span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
     for (i = 0; i < iovcnt; ++i) {
         dst[i]      = src[i];
         dst[i].memh = span_memh_inner(src[i].memh, src[i].buffer, &avail);
-        if (ucs_unlikely((src[i].count > 0) &&
-                         ((src[i].stride * (src[i].count - 1)) +
-                          src[i].length > avail))) {
+        if (ucs_unlikely((src[i].count > 1) ?
+                         !span_iov_whole(&src[i], avail) :
+                         (src[i].length > avail))) {
             return SIZE_MAX;
         }
         total += src[i].length * src[i].count;

@@ -50,17 +50,16 @@ static ucs_status_t span_split_strided(const span_split_t *split,
                                        const uct_iov_t *src, size_t room,
                                        uct_iov_t *dst)
 {
-    size_t footprint = (src->stride * (src->count - 1)) + src->length;
     uint64_t avail;
 
     *dst      = *src;
     dst->memh = span_memh_inner(src->memh, src->buffer, &avail);
     if ((split->iov_offset == 0) && (src->length * src->count <= room) &&
-        (footprint <= avail)) {
+        span_iov_whole(src, avail)) {
         return UCS_OK;
     }
-    ucs_error("span: strided iov entry %p (%zu x %zu bytes, stride %zu) "
-              "crosses a chunk or unit end and cannot be split", src->buffer,
+    ucs_error("span: iov entry %p of %zu x %zu bytes (stride %zu) crosses "
+              "a chunk or unit end and cannot be split", src->buffer,
               (size_t)src->count, src->length, src->stride);
     return UCS_ERR_UNSUPPORTED;
 }

@@ -23,6 +23,16 @@
 /* Local iovs are translated on the stack; twins advertise no more */
 #define SPAN_IOV_MAX 64
 
+/* Whether avail bytes of a local chunk hold an entry of several elements:
+ * UCX's transports read count * length bytes and ignore the stride, so the
+ * chunk must hold both readings */
+static UCS_F_ALWAYS_INLINE int span_iov_whole(const uct_iov_t *iov,
+                                              uint64_t avail)
+{
+    return (iov->length * iov->count <= avail) &&
+           ((iov->stride * (iov->count - 1)) + iov->length <= avail);
+}
+
 /* Ops of one iface whose remaining pieces wait for resources */
 typedef struct span_split_queue {
     ucs_list_link_t    deferred;

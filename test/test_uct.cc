@@ -656,6 +656,44 @@ TEST_P(span_uct_chunked, whole_buffer_zcopy_is_split)
     dereg(lmemh);
 }
 
+/* An entry of several elements moves whole inside one piece; one that a
+ * piece would have to cut is refused with a clear error, nothing moved */
+TEST_P(span_uct_chunked, strided_iov)
+{
+    if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY)) {
+        GTEST_SKIP() << GetParam() << " has no zcopy";
+    }
+    std::vector<uint8_t> local(size);
+    for (size_t i = 0; i < size; ++i) {
+        local[i] = uint8_t(i * 5 + 9);
+    }
+    uct_mem_h lmemh = reg(local.data(), size);
+    uintptr_t abs   = (uintptr_t)remote.data();
+    uintptr_t labs  = (uintptr_t)local.data();
+    /* 16 elements of 64 bytes every 128, from and to the start of a unit:
+     * the local buffer is registered in chunks and units too */
+    size_t off  = ((abs / unit + 1) * unit - abs) + 4096;
+    size_t loff = ((labs / unit + 1) * unit - labs) + 64;
+    uct_iov_t iov = {local.data() + loff, 64, lmemh, 128, 16};
+    completion c;
+    wait(uct_ep_put_zcopy(ep, &iov, 1, raddr(off), rkey.rkey, &c.super), c);
+    /* passed through whole: UCX 1.22's transports move count * length
+     * contiguous bytes and ignore the stride (uct_iov.inl) */
+    EXPECT_EQ(0, memcmp(&remote[off], &local[loff], 16 * 64));
+
+    /* the same entry ending 100 bytes past a unit end */
+    size_t cross = ((abs / unit + 1) * unit - abs) - 924;
+    fill_remote(3);
+    std::vector<uint8_t> before = remote;
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              uct_ep_put_zcopy(ep, &iov, 1, raddr(cross), rkey.rkey,
+                               &c.super));
+    EXPECT_EQ(1u, logs.count("cannot be split"));
+    EXPECT_TRUE(before == remote);
+    dereg(lmemh);
+}
+
 TEST_P(span_uct_chunked, failed_chunk_registration_rolls_back)
 {
     std::vector<uint8_t> buf(size);
@@ -819,3 +857,31 @@ TEST_P(span_uct_deferred, cancel_completes_deferred_op_once)
 }
 
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_deferred, ::testing::Values("cma+"));
+
+/* A region larger than a refusing NIC's limit: the native MD fails, the twin
+ * registers it in chunks */
+TEST(span_strict, refused_natively_registered_by_the_twin)
+{
+    setenv("UCX_STRICT_MAX_MR_SIZE", "16k", 1);
+    uct_component_h strict = find_component("strict");
+    ASSERT_NE(nullptr, strict) << "the strict test transport is not loaded";
+    uct_md_h native = open_md(strict, "strict");
+    uct_md_h twin   = open_md(find_component("span"), "strict+");
+    unsetenv("UCX_STRICT_MAX_MR_SIZE");
+    ASSERT_NE(nullptr, native);
+    ASSERT_NE(nullptr, twin);
+
+    std::vector<uint8_t> buf(100000);
+    uct_mem_h h;
+    {
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
+                  uct_md_mem_reg(native, buf.data(), buf.size(),
+                                 UCT_MD_MEM_ACCESS_ALL, &h));
+    }
+    ASSERT_EQ(UCS_OK, uct_md_mem_reg(twin, buf.data(), buf.size(),
+                                     UCT_MD_MEM_ACCESS_ALL, &h));
+    EXPECT_EQ(UCS_OK, uct_md_mem_dereg(twin, h));
+    uct_md_close(twin);
+    uct_md_close(native);
+}

@@ -8,7 +8,7 @@
  * whose remote range lies outside the rkey's extent or whose key does not
  * match it, with UCS_ERR_IO_ERROR as a NIC's remote access error.
  * UCX_STRICT_REPORT_MAX_REG=n makes the MD report no limit, as UCX's ib MD
- * does.
+ * does; UCX_STRICT_PIN=y pins what it registers, as a NIC driver does.
  */
 #include "ucx/span_ucx.h"
 
@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define STRICT_RKEY_SIZE  24
 #define STRICT_MAX_IFACES 64
@@ -31,6 +32,7 @@ typedef struct strict_md_config {
     size_t          max_mr_size;
     int             truncate;
     int             report_max_reg;
+    int             pin;
 } strict_md_config_t;
 
 typedef struct strict_md {
@@ -39,6 +41,7 @@ typedef struct strict_md {
     size_t    max_mr_size;
     int       truncate;
     int       report_max_reg;
+    int       pin;
 } strict_md_t;
 
 /* A registration and, unpacked, a remote key: the extent and its key */
@@ -88,6 +91,11 @@ static ucs_config_field_t strict_md_config_table[] = {
      "Report MAX_MR_SIZE as the MD's max_reg; 'n' reports no limit.",
      ucs_offsetof(strict_md_config_t, report_max_reg), UCS_CONFIG_TYPE_BOOL},
 
+    {"PIN", "n",
+     "Lock the registered pages in memory (mlock), so that a registration\n"
+     "costs what pinning costs a NIC driver: for benchmarks.",
+     ucs_offsetof(strict_md_config_t, pin), UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 
@@ -130,6 +138,12 @@ static ucs_status_t strict_md_mem_reg(uct_md_h md, void *address,
     region->base   = (uintptr_t)address;
     region->length = ucs_min(length, smd->max_mr_size);
     region->key    = strict_key(region->base, region->length);
+    if (smd->pin && (mlock(address, region->length) != 0)) {
+        ucs_error("strict: cannot pin %p +%" PRIu64 ": %m", address,
+                  region->length);
+        free(region);
+        return UCS_ERR_IO_ERROR;
+    }
     __atomic_add_fetch(&strict_live_regs, 1, __ATOMIC_RELAXED);
     *memh_p = region;
     return UCS_OK;
@@ -138,11 +152,17 @@ static ucs_status_t strict_md_mem_reg(uct_md_h md, void *address,
 static ucs_status_t strict_md_mem_dereg(uct_md_h md,
                                         const uct_md_mem_dereg_params_t *params)
 {
+    strict_region_t *region;
+
     if (!(params->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH) ||
         (params->memh == NULL)) {
         return UCS_ERR_INVALID_PARAM;
     }
-    free(params->memh);
+    region = params->memh;
+    if (((strict_md_t*)md)->pin) {
+        munlock((void*)(uintptr_t)region->base, region->length);
+    }
+    free(region);
     __atomic_sub_fetch(&strict_live_regs, 1, __ATOMIC_RELAXED);
     return UCS_OK;
 }
@@ -220,6 +240,7 @@ static ucs_status_t strict_md_open(uct_component_t *component,
     smd->max_mr_size     = sconfig->max_mr_size;
     smd->truncate        = sconfig->truncate;
     smd->report_max_reg  = sconfig->report_max_reg;
+    smd->pin             = sconfig->pin;
     *md_p                = &smd->super;
     return UCS_OK;
 

@@ -181,8 +181,10 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
                                 SPAN_RKEY_HDR_SUM_OFFSET), 4);
 
     out = p + SPAN_RKEY_HDR_SIZE;
-    memcpy(out, k, K);
-    out += K;
+    if (K > 0) {
+        memcpy(out, k, K);
+        out += K;
+    }
     if ((K > 0) && (geom->num_chunks > 1)) {
         memcpy(out, mask, span_rkey_mask_size(K));
         out += span_rkey_mask_size(K);

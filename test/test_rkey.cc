@@ -95,8 +95,9 @@ TEST(span_rkey, round_trip)
         std::vector<uint8_t> key(s.key_size + 1);
         for (uint32_t i = 0; i < desc.geom.num_chunks; ++i) {
             span_rkey_key(&desc, i, key.data());
-            EXPECT_EQ(0, memcmp(key.data(), &keys[i * s.key_size],
-                                s.key_size)) << "key " << i;
+            EXPECT_TRUE(std::equal(key.begin(), key.begin() + s.key_size,
+                                   keys.begin() + i * s.key_size))
+                    << "key " << i;
         }
     }
 }

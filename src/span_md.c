@@ -2,6 +2,7 @@
  * Twin memory domain.
  */
 #include "span_md.h"
+#include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
 #include <ucs/sys/string.h>
@@ -217,6 +218,49 @@ static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
     return first;
 }
 
+/*
+ * Two caches sit on top of the inner MD: UCP's registration cache, which may
+ * keep a twin handle registered after the application unmapped its buffer
+ * (lazy deregistration), and this MD's registry, which hands one handle to
+ * every request for the same range. Both subscribe to UCM's unmap events and
+ * each forgets its own entries: UCP stops matching its region and
+ * deregisters the handle when it gets to it; the registry stops matching
+ * the handle at once, so a request for a new buffer at the old address
+ * registers anew even while UCP still holds the stale handle, and packing a
+ * key for a stale handle is refused.
+ */
+static span_memh_t *span_md_shared(span_md_t *smd, void *address,
+                                   size_t length, ucs_memory_type_t mtype)
+{
+    span_registry_entry_t *entry;
+
+    if (!smd->share) {
+        return NULL;
+    }
+    entry = span_registry_find(smd, (uintptr_t)address, length, mtype);
+    if (entry == NULL) {
+        return NULL;
+    }
+    __atomic_add_fetch(&smd->stats.hits, 1, __ATOMIC_RELAXED);
+    return ucs_container_of(entry, span_memh_t, entry);
+}
+
+static void span_md_share(span_md_t *smd, span_memh_t *memh,
+                          ucs_memory_type_t mtype)
+{
+    __atomic_add_fetch(&smd->stats.registrations, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&smd->stats.chunks, memh->num_inner, __ATOMIC_RELAXED);
+    if (!smd->share) {
+        return;
+    }
+    memh->entry.owner    = smd;
+    memh->entry.start    = memh->geom.base;
+    memh->entry.length   = memh->geom.length;
+    memh->entry.mem_type = mtype;
+    memh->entry.stats    = &smd->stats;
+    span_registry_add(&memh->entry);
+}
+
 static ucs_status_t
 span_md_mem_reg(uct_md_h md, void *address, size_t length,
                 const uct_md_mem_reg_params_t *params, uct_mem_h *memh_p)
@@ -236,6 +280,12 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         ucs_error("span md %p: cannot register %s memory %p +%zu", md,
                   ucs_memory_type_names[mtype], address, length);
         return UCS_ERR_UNSUPPORTED;
+    }
+
+    memh = span_md_shared(smd, address, length, mtype);
+    if (memh != NULL) {
+        *memh_p = memh;
+        return UCS_OK;
     }
 
     status = span_chunk_plan(&geom, (uintptr_t)address, length,
@@ -265,6 +315,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         goto err_dereg;
     }
 
+    span_md_share(smd, memh, mtype);
     *memh_p = memh;
     return UCS_OK;
 
@@ -292,7 +343,10 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh   = params->memh;
+    memh = params->memh;
+    if ((memh->entry.owner != NULL) && !span_registry_release(&memh->entry)) {
+        return UCS_OK; /* shared: others hold it still */
+    }
     status = span_md_chunks_dereg(smd, memh, memh->num_inner);
     free(memh);
     return status;
@@ -313,6 +367,12 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
+    if ((smem->entry.owner != NULL) && !span_registry_valid(&smem->entry)) {
+        ucs_error("span md %p: the memory of registration [0x%" PRIx64 ", +%"
+                  PRIu64 ") was unmapped since: no key is packed for it", md,
+                  smem->geom.base, smem->geom.length);
+        return UCS_ERR_INVALID_ADDR;
+    }
     memcpy(buffer, smem->rkey, smem->rkey_size);
     return UCS_OK;
 }
@@ -415,6 +475,13 @@ static void span_md_close(uct_md_h md)
 {
     span_md_t *smd = (span_md_t*)md;
 
+    ucs_info("span md %p (%s+): %" PRIu64 " registrations of %" PRIu64
+             " chunks, %" PRIu64 " shared hits, %" PRIu64 " invalidations",
+             smd, smd->inner_component->name, smd->stats.registrations,
+             smd->stats.chunks, smd->stats.hits, smd->stats.invalidations);
+    if (smd->share) {
+        span_ucm_unsubscribe();
+    }
     uct_md_close(smd->inner);
     free(smd);
 }
@@ -589,6 +656,8 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     if (status != UCS_OK) {
         goto err_close;
     }
+
+    smd->share = (span_ucm_subscribe() == UCS_OK);
 
     *md_p = &smd->super;
     return UCS_OK;

@@ -7,6 +7,7 @@
 
 #include "span_chunk.h"
 #include "span_component.h"
+#include "span_registry.h"
 #include "span_rkey.h"
 
 typedef struct span_md_config {
@@ -33,10 +34,14 @@ typedef struct span_md {
     unsigned         test_fail_reg;    /* 1-based chunk to fail, 0: none */
     unsigned         test_fail_dereg;
     unsigned         test_no_resource; /* 1-based piece of split ops */
+    int              share;            /* memory events seen: registrations
+                                          of a range are shared */
+    span_registry_stats_t stats;
 } span_md_t;
 
 /* A registration through a twin MD: one inner registration per chunk */
 typedef struct span_memh {
+    span_registry_entry_t entry;  /* owner NULL: not shared (mem_alloc) */
     span_chunk_geom_t geom;
     uint8_t           rkey_size;
     uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */

@@ -55,11 +55,18 @@ static uct_component_t strict_component;
 static uct_component_t *strict_cma_component;
 static uct_tl_t        *strict_cma_tl;
 static long             strict_live_regs;
+static long             strict_total_regs;
 
 /* Registrations alive in this process: a test reads it to find leaks */
 long __attribute__((visibility("default"))) strict_md_live_registrations(void)
 {
     return __atomic_load_n(&strict_live_regs, __ATOMIC_RELAXED);
+}
+
+/* Registrations ever made: a test reads it to see a new one was made */
+long __attribute__((visibility("default"))) strict_md_registrations(void)
+{
+    return __atomic_load_n(&strict_total_regs, __ATOMIC_RELAXED);
 }
 
 static uint32_t strict_key(uint64_t base, uint64_t length)
@@ -145,6 +152,7 @@ static ucs_status_t strict_md_mem_reg(uct_md_h md, void *address,
         return UCS_ERR_IO_ERROR;
     }
     __atomic_add_fetch(&strict_live_regs, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&strict_total_regs, 1, __ATOMIC_RELAXED);
     *memh_p = region;
     return UCS_OK;
 }

@@ -1,0 +1,99 @@
+/*
+ * Registry. One list under one mutex: memory events arrive from whichever
+ * thread unmaps, and nothing under the lock allocates, frees or unmaps, so a
+ * handler can never wait on its own thread. Events that miss every entry
+ * (most unmaps of a process) are rejected by the listed span without a walk.
+ */
+#include "span_registry.h"
+
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+#include <inttypes.h>
+#include <pthread.h>
+
+static UCS_LIST_HEAD(span_registry_list);
+static pthread_mutex_t span_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t        span_registry_lo   = UINT64_MAX; /* listed span */
+static uint64_t        span_registry_hi;
+
+span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
+                                          uint64_t length,
+                                          ucs_memory_type_t mem_type)
+{
+    span_registry_entry_t *entry, *found = NULL;
+
+    pthread_mutex_lock(&span_registry_lock);
+    ucs_list_for_each(entry, &span_registry_list, list) {
+        if (entry->valid && (entry->owner == owner) &&
+            (entry->start == start) && (entry->length == length) &&
+            (entry->mem_type == mem_type)) {
+            ++entry->refcount;
+            found = entry;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&span_registry_lock);
+    return found;
+}
+
+void span_registry_add(span_registry_entry_t *entry)
+{
+    entry->refcount = 1;
+    entry->valid    = 1;
+    pthread_mutex_lock(&span_registry_lock);
+    ucs_list_add_tail(&span_registry_list, &entry->list);
+    span_registry_lo = ucs_min(span_registry_lo, entry->start);
+    span_registry_hi = ucs_max(span_registry_hi,
+                               entry->start + entry->length);
+    pthread_mutex_unlock(&span_registry_lock);
+}
+
+int span_registry_release(span_registry_entry_t *entry)
+{
+    int last;
+
+    pthread_mutex_lock(&span_registry_lock);
+    last = (--entry->refcount == 0);
+    if (last) {
+        ucs_list_del(&entry->list);
+        if (ucs_list_is_empty(&span_registry_list)) {
+            span_registry_lo = UINT64_MAX;
+            span_registry_hi = 0;
+        }
+    }
+    pthread_mutex_unlock(&span_registry_lock);
+    return last;
+}
+
+int span_registry_valid(span_registry_entry_t *entry)
+{
+    int valid;
+
+    pthread_mutex_lock(&span_registry_lock);
+    valid = entry->valid;
+    pthread_mutex_unlock(&span_registry_lock);
+    return valid;
+}
+
+void span_registry_invalidate(uint64_t start, uint64_t length)
+{
+    uint64_t end = start + length;
+    span_registry_entry_t *entry;
+
+    pthread_mutex_lock(&span_registry_lock);
+    if ((end > span_registry_lo) && (start < span_registry_hi)) {
+        ucs_list_for_each(entry, &span_registry_list, list) {
+            if (entry->valid && (start < entry->start + entry->length) &&
+                (entry->start < end)) {
+                entry->valid = 0;
+                __atomic_add_fetch(&entry->stats->invalidations, 1,
+                                   __ATOMIC_RELAXED);
+                ucs_debug("span: registration [0x%" PRIx64 ", +%" PRIu64
+                          ") is stale: [0x%" PRIx64 ", +%" PRIu64 ") was "
+                          "freed", entry->start, entry->length, start,
+                          length);
+            }
+        }
+    }
+    pthread_mutex_unlock(&span_registry_lock);
+}

@@ -6,6 +6,7 @@
 #include "tools/span_pair.h"
 
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -469,4 +470,63 @@ INSTANTIATE_TEST_SUITE_P(
         [](const ::testing::TestParamInfo<ucp_case> &info) {
             return std::string(info.param.rma_tl[6] == '+' ? "twin" :
                                                              "native");
+        });
+
+/*
+ * UCP's registration cache and span's registry together: the application
+ * frees a registered buffer and gets new memory at the same address. UCP
+ * may still hold the old twin handle (lazy deregistration); the new buffer
+ * must get a new inner registration and the peer's transfers must land in
+ * it. In one process over strict+, whose MD counts its registrations.
+ */
+class ucp_remap : public ucp_pair {
+protected:
+    static long made()
+    {
+        std::string path = std::string(getenv("UCX_MODULE_DIR")) +
+                           "/libuct_strict.so.0";
+        void *dl = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+        auto fn  = dl ? (long (*)())dlsym(dl, "strict_md_registrations") :
+                        nullptr;
+        long n   = fn ? fn() : -1;
+        if (dl != nullptr) {
+            dlclose(dl);
+        }
+        return n;
+    }
+};
+
+TEST_P(ucp_remap, new_memory_at_an_old_address_is_registered_anew)
+{
+    const size_t len = 16 * page;
+    std::vector<uint8_t> src(len - 2 * page), dst(len - 2 * page);
+    map(len - 2 * page, 80);
+    for (unsigned round = 0; round < 3; ++round) {
+        unsigned seed = 81 + round;
+        long before   = made();
+        ASSERT_GE(before, 0) << "the strict test transport is not loaded";
+        if (round > 0) {
+            ASSERT_EQ(UCS_OK, span_pair_remap(&m_pair, &m_region, 90 + round));
+            EXPECT_EQ(before + 1, made())
+                    << "round " << round << ": no new inner registration";
+            EXPECT_EQ(0u, check(0, len, 90 + round))
+                    << "the new memory is not what was written to it";
+        }
+        span_pair_fill(src.data(), src.size(), seed, page);
+        ASSERT_EQ(UCS_OK, span_pair_put(&m_pair, &m_region, page, src.data(),
+                                        src.size()));
+        EXPECT_EQ(0u, check(page, src.size(), seed)) << "round " << round;
+        ASSERT_EQ(UCS_OK, span_pair_get(&m_pair, &m_region, page, dst.data(),
+                                        dst.size()));
+        EXPECT_EQ(0u, span_pair_mismatches(dst.data(), dst.size(), seed,
+                                           page)) << "round " << round;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        strict, ucp_remap,
+        ::testing::Values(ucp_case{"posix,strict+", SPAN_PAIR_LOOPBACK,
+                                   "strict+"}),
+        [](const ::testing::TestParamInfo<ucp_case> &) {
+            return std::string("loopback");
         });

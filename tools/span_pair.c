@@ -31,6 +31,7 @@ enum {
     SPAN_PAIR_CMD_CHECK,
     SPAN_PAIR_CMD_READ64,
     SPAN_PAIR_CMD_TAG,
+    SPAN_PAIR_CMD_REMAP,
     SPAN_PAIR_CMD_QUIT
 };
 
@@ -46,14 +47,16 @@ typedef struct {
     uint32_t rkey_size; /* rkey bytes follow */
 } span_pair_reply_t;
 
+typedef struct {
+    void      *buf;
+    size_t     length;
+    ucp_mem_h  memh;
+} span_pair_target_region_t;
+
 typedef struct span_pair_target {
-    ucp_context_h context;
-    ucp_worker_h  worker;
-    struct {
-        void      *buf;
-        size_t     length;
-        ucp_mem_h  memh;
-    } regions[SPAN_PAIR_MAX_REGIONS];
+    ucp_context_h             context;
+    ucp_worker_h              worker;
+    span_pair_target_region_t regions[SPAN_PAIR_MAX_REGIONS];
 } span_pair_target_t;
 
 static const uint64_t span_pair_tag = 0x5a5a;
@@ -213,13 +216,38 @@ out_release:
 
 /* Target side */
 
+/* Registers [reg_offset, + reg_length) of region id and packs its rkey */
+static void span_pair_target_register(span_pair_target_t *t, unsigned id,
+                                      size_t reg_offset, size_t reg_length,
+                                      span_pair_reply_t *reply, void **rkey_buf)
+{
+    ucp_mem_map_params_t params = {0};
+    size_t rkey_size;
+
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address    = (uint8_t*)t->regions[id].buf + reg_offset;
+    params.length     = reg_length;
+    reply->status     = ucp_mem_map(t->context, &params, &t->regions[id].memh);
+    if (reply->status != UCS_OK) {
+        return;
+    }
+    reply->status = ucp_rkey_pack(t->context, t->regions[id].memh, rkey_buf,
+                                  &rkey_size);
+    if (reply->status != UCS_OK) {
+        ucp_mem_unmap(t->context, t->regions[id].memh);
+        return;
+    }
+    reply->rkey_size = rkey_size;
+    reply->value[0]  = id;
+    reply->value[1]  = (uintptr_t)t->regions[id].buf;
+}
+
 static void span_pair_target_map(span_pair_target_t *t,
                                 const span_pair_cmd_t *cmd,
                                 span_pair_reply_t *reply, void **rkey_buf)
 {
-    ucp_mem_map_params_t params = {0};
-    size_t length               = cmd->arg[0];
-    size_t rkey_size;
+    size_t length = cmd->arg[0];
     unsigned id;
     void *buf;
 
@@ -240,30 +268,41 @@ static void span_pair_target_map(span_pair_target_t *t,
         return;
     }
     span_pair_fill(buf, length, cmd->arg[3], 0);
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address    = (uint8_t*)buf + cmd->arg[1];
-    params.length     = cmd->arg[2];
-    reply->status     = ucp_mem_map(t->context, &params, &t->regions[id].memh);
+    t->regions[id].buf    = buf;
+    t->regions[id].length = length;
+    span_pair_target_register(t, id, cmd->arg[1], cmd->arg[2], reply,
+                              rkey_buf);
     if (reply->status != UCS_OK) {
-        goto err_unmap;
+        munmap(buf, length);
+        t->regions[id].buf = NULL;
     }
-    reply->status = ucp_rkey_pack(t->context, t->regions[id].memh, rkey_buf,
-                                  &rkey_size);
-    if (reply->status != UCS_OK) {
-        goto err_mem_unmap;
-    }
-    reply->rkey_size       = rkey_size;
-    reply->value[0]        = id;
-    reply->value[1]        = (uintptr_t)buf;
-    t->regions[id].buf     = buf;
-    t->regions[id].length  = length;
-    return;
+}
 
-err_mem_unmap:
-    ucp_mem_unmap(t->context, t->regions[id].memh);
-err_unmap:
-    munmap(buf, length);
+/* The application frees the buffer and gets new memory at the same address
+ * (as an allocator hands it out again), patterns it and registers it */
+static void span_pair_target_remap(span_pair_target_t *t,
+                                   const span_pair_cmd_t *cmd,
+                                   span_pair_reply_t *reply, void **rkey_buf)
+{
+    span_pair_target_region_t *region = &t->regions[cmd->id];
+    void *buf;
+
+    ucp_mem_unmap(t->context, region->memh);
+    munmap(region->buf, region->length);
+    buf = mmap(region->buf, region->length, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (buf != region->buf) {
+        reply->status = UCS_ERR_NO_MEMORY;
+        region->buf   = NULL;
+        return;
+    }
+    span_pair_fill(buf, region->length, cmd->arg[2], 0);
+    span_pair_target_register(t, cmd->id, cmd->arg[0], cmd->arg[1], reply,
+                              rkey_buf);
+    if (reply->status != UCS_OK) {
+        munmap(buf, region->length);
+        region->buf = NULL;
+    }
 }
 
 static void span_pair_target_unmap(span_pair_target_t *t, unsigned id)
@@ -340,6 +379,13 @@ static int span_pair_target_handle(span_pair_target_t *t,
         break;
     case SPAN_PAIR_CMD_UNMAP:
         span_pair_target_unmap(t, cmd->id);
+        break;
+    case SPAN_PAIR_CMD_REMAP:
+        if (cmd->arg[1] > t->regions[cmd->id].length - cmd->arg[0]) {
+            reply->status = UCS_ERR_INVALID_PARAM;
+        } else {
+            span_pair_target_remap(t, cmd, reply, rkey_buf);
+        }
         break;
     case SPAN_PAIR_CMD_REFILL:
         span_pair_fill(buf, t->regions[cmd->id].length, cmd->arg[1], 0);
@@ -638,6 +684,28 @@ void span_pair_unmap(span_pair_t *pair, span_pair_region_t *region)
         region->rkey = NULL;
     }
     span_pair_call(pair, &cmd, &reply, NULL);
+}
+
+ucs_status_t span_pair_remap(span_pair_t *pair, span_pair_region_t *region,
+                             unsigned seed)
+{
+    span_pair_cmd_t cmd = {.op = SPAN_PAIR_CMD_REMAP, .id = region->id,
+                           .arg = {region->reg_offset, region->reg_length,
+                                   seed}};
+    uint8_t rkey_buf[SPAN_PAIR_MAX_RKEY];
+    span_pair_reply_t reply;
+    ucs_status_t status;
+
+    ucp_rkey_destroy(region->rkey);
+    region->rkey = NULL;
+    status       = span_pair_call(pair, &cmd, &reply, rkey_buf);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (reply.value[1] != region->base) {
+        return UCS_ERR_NO_MEMORY; /* the address was not given again */
+    }
+    return ucp_ep_rkey_unpack(pair->ep, rkey_buf, &region->rkey);
 }
 
 ucs_status_t span_pair_refill(span_pair_t *pair, span_pair_region_t *region,

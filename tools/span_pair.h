@@ -85,6 +85,13 @@ ucs_status_t span_pair_map(span_pair_t *pair, size_t alloc_length,
                            span_pair_region_t *region);
 void span_pair_unmap(span_pair_t *pair, span_pair_region_t *region);
 
+/* The target deregisters the region, unmaps it, maps new memory at the
+ * same address, fills it with the pattern of seed and registers the same
+ * range again (an allocator handing freed memory out again); the region
+ * gets the new rkey. */
+ucs_status_t span_pair_remap(span_pair_t *pair, span_pair_region_t *region,
+                             unsigned seed);
+
 /* Refill the whole allocation of a region with the pattern of seed. */
 ucs_status_t span_pair_refill(span_pair_t *pair, span_pair_region_t *region,
                               unsigned seed);

@@ -4,6 +4,7 @@
  */
 #include <uct/api/uct.h>
 #include <ucm/api/ucm.h>
+#include <ucs/config/global_opts.h>
 #include <ucs/async/async_fwd.h>
 
 #include "test_log.h"
@@ -1088,4 +1089,53 @@ TEST_F(span_registry, thread_storm)
     }
     EXPECT_EQ(0, failures.load());
     EXPECT_EQ(live, strict_counter("strict_md_live_registrations"));
+}
+
+namespace {
+
+std::vector<std::string> info_lines;
+
+ucs_log_func_rc_t capture_info(const char *, unsigned, const char *,
+                               ucs_log_level_t level,
+                               const ucs_log_component_config_t *,
+                               const char *message, va_list ap)
+{
+    char buf[1024];
+    if (level == UCS_LOG_LEVEL_INFO) {
+        vsnprintf(buf, sizeof(buf), message, ap);
+        info_lines.push_back(buf);
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+} // namespace
+
+/* What a user reads at MD close (UCX_LOG_LEVEL=info) */
+TEST_F(span_registry, counters_at_close)
+{
+    uct_mem_h h1 = reg(buf, length);
+    uct_mem_h h2 = reg(buf, length);          /* a shared hit */
+    ASSERT_EQ(buf, remap(buf, length));       /* an invalidation */
+    uct_mem_h h3 = reg(buf, length);          /* registered anew */
+    for (auto h : {h1, h2, h3}) {
+        ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+    }
+
+    ucs_log_level_t level = ucs_global_opts.log_component.log_level;
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_INFO;
+    ucs_log_push_handler(capture_info);
+    info_lines.clear();
+    uct_md_close(md);
+    md = NULL;
+    ucs_log_pop_handler();
+    ucs_global_opts.log_component.log_level = level;
+
+    std::string expect = "2 registrations of 2 chunks, 1 shared hits, "
+                         "1 invalidations";
+    bool found = false;
+    for (auto &l : info_lines) {
+        found |= (l.find(expect) != std::string::npos);
+    }
+    EXPECT_TRUE(found) << "no line with '" << expect << "' among "
+                       << info_lines.size();
 }

@@ -10,9 +10,18 @@ ucs_status_t span_chunk_plan(span_chunk_geom_t *geom, uint64_t base,
                              uint64_t length, uint64_t unit_size,
                              uint64_t chunk_size, uint64_t overlap)
 {
+    return span_chunk_plan_from(geom, base, length, 0, unit_size, chunk_size,
+                                overlap);
+}
+
+ucs_status_t span_chunk_plan_from(span_chunk_geom_t *geom, uint64_t base,
+                                  uint64_t length, uint64_t unit_origin,
+                                  uint64_t unit_size, uint64_t chunk_size,
+                                  uint64_t overlap)
+{
     uint64_t num_units, last_start, chunks;
 
-    if ((length == 0) || (base + length < base) ||
+    if ((length == 0) || (base + length < base) || (unit_origin > base) ||
         ((chunk_size != 0) && (overlap >= chunk_size))) {
         ucs_error("span: cannot plan [0x%" PRIx64 ", +%" PRIu64 ") in chunks "
                   "of %" PRIu64 " overlapping by %" PRIu64, base, length,
@@ -26,7 +35,9 @@ ucs_status_t span_chunk_plan(span_chunk_geom_t *geom, uint64_t base,
     geom->chunk_size  = chunk_size;
     geom->overlap     = (chunk_size != 0) ? overlap : 0;
     geom->stride      = chunk_size - geom->overlap;
-    geom->unit0_start = unit_size ? base - (base % unit_size) : base;
+    geom->unit_origin = unit_origin;
+    geom->unit0_start = unit_size ?
+                        base - ((base - unit_origin) % unit_size) : base;
 
     chunks = span_chunk_count_in(geom, span_chunk_unit_end(geom, base) - base);
     geom->unit0_chunks = (chunks > SPAN_CHUNK_MAX) ? SPAN_CHUNK_MAX : chunks;

@@ -1,8 +1,9 @@
 /*
  * Chunk planner: how a registered extent is cut into inner registrations.
  *
- * Hard boundaries lie at the multiples of unit_size (absolute addresses:
- * physical allocations, which an inner registration may not cross). Each
+ * Hard boundaries lie at unit_origin + k * unit_size (physical allocations,
+ * which an inner registration may not cross): origin 0 for boundaries at
+ * absolute multiples, the extent's base for units resolved from a driver. Each
  * unit longer than chunk_size is cut into chunks of chunk_size that start
  * every stride = chunk_size - overlap bytes, so that any op of at most
  * overlap bytes lies inside one chunk: the one where it starts, or the next.
@@ -27,7 +28,8 @@ typedef struct span_chunk_geom {
     uint64_t chunk_size;   /* 0: no size limit, one chunk per unit */
     uint64_t overlap;
     uint64_t stride;       /* chunk_size - overlap */
-    uint64_t unit0_start;  /* unit_size-aligned start of the first unit */
+    uint64_t unit_origin;  /* hard boundaries lie at origin + k * unit_size */
+    uint64_t unit0_start;  /* unit boundary at or before base */
     uint32_t unit0_chunks; /* chunks of the first unit */
     uint32_t unit_chunks;  /* chunks of a whole unit */
     uint32_t num_chunks;
@@ -39,6 +41,13 @@ typedef struct span_chunk_geom {
 ucs_status_t span_chunk_plan(span_chunk_geom_t *geom, uint64_t base,
                              uint64_t length, uint64_t unit_size,
                              uint64_t chunk_size, uint64_t overlap);
+
+/* The same with hard boundaries at unit_origin + k * unit_size, origin <=
+ * base */
+ucs_status_t span_chunk_plan_from(span_chunk_geom_t *geom, uint64_t base,
+                                  uint64_t length, uint64_t unit_origin,
+                                  uint64_t unit_size, uint64_t chunk_size,
+                                  uint64_t overlap);
 
 /* [*start_p, *start_p + *length_p) of chunk index < num_chunks */
 void span_chunk_range(const span_chunk_geom_t *geom, uint32_t index,
@@ -63,7 +72,7 @@ span_chunk_unit_end(const span_chunk_geom_t *geom, uint64_t ustart)
     if (geom->unit_size == 0) {
         return end;
     }
-    aligned = ustart - (ustart % geom->unit_size);
+    aligned = ustart - ((ustart - geom->unit_origin) % geom->unit_size);
     return (end - aligned > geom->unit_size) ? aligned + geom->unit_size : end;
 }
 

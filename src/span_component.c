@@ -7,6 +7,7 @@
 #include "span_iface.h"
 #include "span_md.h"
 #include "span_rkey.h"
+#include "span_spill.h"
 
 #include <ucs/sys/string.h>
 #include <dlfcn.h>
@@ -212,17 +213,24 @@ static void span_rkey_release_inner(span_rkey_t *rkey, uint32_t count)
     }
 }
 
-/* Unpacks the inner key of every chunk; an empty inner key once, shared */
+/* Unpacks the inner key of every chunk, from the rkey or from the spilled
+ * keys; an empty inner key once, shared */
 static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
                                            const span_rkey_desc_t *desc,
+                                           const uint8_t *spilled,
                                            const uct_rkey_unpack_params_t *params)
 {
-    uint8_t key[SPAN_RKEY_MAX_KEY];
+    uint8_t inline_key[SPAN_RKEY_MAX_KEY];
+    const uint8_t *key = inline_key;
     ucs_status_t status;
     uint32_t i;
 
     for (i = 0; i < rkey->num_inner; ++i) {
-        span_rkey_key(desc, i, key);
+        if (spilled != NULL) {
+            key = spilled + ((size_t)i * desc->key_size);
+        } else {
+            span_rkey_key(desc, i, inline_key);
+        }
         status = rkey->inner_component->rkey_unpack(rkey->inner_component,
                                                     key, params,
                                                     &rkey->inner[i].rkey,
@@ -242,6 +250,29 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
         rkey->inner_unpacked = 1;
     }
     return UCS_OK;
+}
+
+/* The exporter's keys did not fit in the rkey: read from its spill arena */
+static ucs_status_t span_rkey_unpack_spilled(span_rkey_t *rkey,
+                                             const span_rkey_desc_t *desc,
+                                             const uct_rkey_unpack_params_t *params)
+{
+    uint8_t *keys;
+    ucs_status_t status;
+
+    keys = malloc((size_t)rkey->num_inner * desc->key_size);
+    if (keys == NULL) {
+        ucs_error("span: no memory for %u spilled keys of %zu bytes",
+                  rkey->num_inner, desc->key_size);
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = span_spill_fetch(&desc->spill, rkey->num_inner, desc->key_size,
+                              keys);
+    if (status == UCS_OK) {
+        status = span_rkey_unpack_inner(rkey, desc, keys, params);
+    }
+    free(keys);
+    return status;
 }
 
 static ucs_status_t span_rkey_unpack(uct_component_t *component,
@@ -280,7 +311,11 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
     rkey->geom            = desc.geom;
     rkey->inner_component = inner_component;
     rkey->num_inner       = num_inner;
-    status = span_rkey_unpack_inner(rkey, &desc, params);
+    if (desc.spilled) {
+        status = span_rkey_unpack_spilled(rkey, &desc, params);
+    } else {
+        status = span_rkey_unpack_inner(rkey, &desc, NULL, params);
+    }
     if (status != UCS_OK) {
         free(rkey);
         return status;

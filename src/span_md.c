@@ -2,6 +2,7 @@
  * Twin memory domain.
  */
 #include "span_md.h"
+#include "span_spill.h"
 #include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
@@ -33,6 +34,16 @@ ucs_config_field_t span_md_config_table[] = {
      "straddles a chunk end; larger transfers are cut by UCP. 'auto' is\n"
      "4 MiB or a quarter of the chunk, the smaller. Whole 4 KiB pages.",
      ucs_offsetof(span_md_config_t, chunk_overlap), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"SPILL", "try",
+     "Where the inner keys of a registration do not fit in the 255 bytes of\n"
+     "a span rkey (one cuda_ipc key is 192 bytes: a buffer over several VMM\n"
+     "handles needs more), keep them in this process and let the importer\n"
+     "on the same node read them (through /proc/<pid>/fd, as the same user).\n"
+     "try: when needed, on transports that reach only this node; yes: for\n"
+     "every registration with inner keys (tests); no: never, such a\n"
+     "registration fails.",
+     ucs_offsetof(span_md_config_t, spill), UCS_CONFIG_TYPE_TERNARY},
 
     {"TEST_UNIT_SIZE", "inf",
      "For tests: declare a hard boundary (a physical allocation boundary,\n"
@@ -72,6 +83,13 @@ static uint64_t span_md_reg_mem_types(const span_md_t *smd)
     return types;
 }
 
+/* Whether device memory registrations are cut at physical units */
+static int span_md_resolves(const span_md_t *smd)
+{
+    return (smd->cuda != NULL) &&
+           (span_md_reg_mem_types(smd) & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+}
+
 static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
 {
     span_md_t *smd = (span_md_t*)md;
@@ -94,7 +112,9 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     attr->exported_mkey_packed_size = 0;
     /* fixed for the MD: one key where registrations are never cut */
     attr->rkey_packed_size = ((smd->chunk_size == 0) &&
-                              (smd->unit_size == 0)) ?
+                              (smd->unit_size == 0) &&
+                              !span_md_resolves(smd) &&
+                              (smd->spill != UCS_YES)) ?
                              SPAN_RKEY_HDR_SIZE +
                              smd->inner_attr.rkey_packed_size :
                              SPAN_RKEY_MAX_SIZE;
@@ -120,6 +140,44 @@ static span_memh_t *span_memh_alloc(uint32_t num_inner)
         memh->num_inner = num_inner;
     }
     return memh;
+}
+
+/* Inline where the keys fit (and spilling is not forced), else spilled */
+static ucs_status_t span_md_pack(span_md_t *smd, span_memh_t *memh,
+                                 span_rkey_desc_t *desc, const uint8_t *keys,
+                                 size_t *rkey_size_p)
+{
+    uint32_t n = memh->geom.num_chunks;
+    ucs_status_t status;
+
+    if ((smd->spill != UCS_YES) || (desc->key_size == 0)) {
+        status = span_rkey_pack(memh->rkey, desc, keys, rkey_size_p);
+        if ((status != UCS_ERR_EXCEEDS_LIMIT) || (smd->spill == UCS_NO)) {
+            goto out;
+        }
+    }
+
+    status = span_spill_put(keys, n, desc->key_size, &desc->spill);
+    if (status != UCS_OK) {
+        goto out;
+    }
+    desc->spilled = 1;
+    status        = span_rkey_pack(memh->rkey, desc, keys, rkey_size_p);
+    if (status != UCS_OK) {
+        span_spill_remove(&desc->spill);
+        goto out;
+    }
+    memh->spilled = 1;
+    memh->spill   = desc->spill;
+out:
+    if (status == UCS_ERR_EXCEEDS_LIMIT) {
+        ucs_error("span md %p: the %u inner keys of %zu bytes of [0x%" PRIx64
+                  ", +%" PRIu64 ") do not fit in a span rkey and cannot "
+                  "spill (UCX_SPAN_SPILL=n, or the inner transport reaches "
+                  "other nodes, where a spill cannot be read)", smd, n,
+                  desc->key_size, memh->geom.base, memh->geom.length);
+    }
+    return status;
 }
 
 /* Packs the inner key of every chunk and the span rkey, once: a region
@@ -161,7 +219,7 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh)
         }
     }
 
-    status = span_rkey_pack(memh->rkey, &desc, keys, &rkey_size);
+    status = span_md_pack(smd, memh, &desc, keys, &rkey_size);
     memh->rkey_size = rkey_size;
 out:
     free(keys);
@@ -218,6 +276,58 @@ static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
     return first;
 }
 
+/* What a request registers: its own range, or for device memory the whole
+ * physical units under it (DESIGN §1.2: an inner transport never sees an
+ * interior pointer, and every buffer inside a unit shares its
+ * registration) */
+typedef struct span_md_extent {
+    uint64_t base;
+    uint64_t length;
+    uint64_t unit_origin;
+    uint64_t unit_size;
+    uint64_t identity;   /* 0 for host memory */
+} span_md_extent_t;
+
+static ucs_status_t span_md_extent(span_md_t *smd, void *address,
+                                   size_t length, ucs_memory_type_t mtype,
+                                   span_md_extent_t *ext)
+{
+    span_cuda_extent_t cuda;
+    ucs_status_t status;
+
+    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL)) {
+        ext->base        = (uintptr_t)address;
+        ext->length      = length;
+        ext->unit_origin = 0;
+        ext->unit_size   = smd->unit_size;
+        ext->identity    = 0;
+        return UCS_OK;
+    }
+
+    status = span_cuda_resolve(smd->cuda, (uintptr_t)address, length, &cuda);
+    if (status != UCS_OK) {
+        ucs_error("span md %p: cannot resolve the device memory of %p +%zu: "
+                  "%s", smd, address, length, ucs_status_string(status));
+        return status;
+    }
+    ext->base        = cuda.base;
+    ext->length      = cuda.length;
+    ext->unit_origin = cuda.base;
+    ext->unit_size   = cuda.unit_size;
+    ext->identity    = cuda.identity;
+    ucs_trace("span md %p: %p +%zu lies in %u units from 0x%" PRIx64 " +%"
+              PRIu64, smd, address, length, cuda.num_units, cuda.base,
+              cuda.length);
+    return UCS_OK;
+}
+
+/* Memory known by identity is never matched after it was allocated again,
+ * even where its free event was missed */
+static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
+{
+    return smd->share || (ext->identity != 0);
+}
+
 /*
  * Two caches sit on top of the inner MD: UCP's registration cache, which may
  * keep a twin handle registered after the application unmapped its buffer
@@ -229,15 +339,17 @@ static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
  * registers anew even while UCP still holds the stale handle, and packing a
  * key for a stale handle is refused.
  */
-static span_memh_t *span_md_shared(span_md_t *smd, void *address,
-                                   size_t length, ucs_memory_type_t mtype)
+static span_memh_t *span_md_shared(span_md_t *smd,
+                                   const span_md_extent_t *ext,
+                                   ucs_memory_type_t mtype)
 {
     span_registry_entry_t *entry;
 
-    if (!smd->share) {
+    if (!span_md_may_share(smd, ext)) {
         return NULL;
     }
-    entry = span_registry_find(smd, (uintptr_t)address, length, mtype);
+    entry = span_registry_find(smd, ext->base, ext->length, mtype,
+                               ext->identity);
     if (entry == NULL) {
         return NULL;
     }
@@ -246,13 +358,14 @@ static span_memh_t *span_md_shared(span_md_t *smd, void *address,
 }
 
 static void span_md_share(span_md_t *smd, span_memh_t *memh,
-                          ucs_memory_type_t mtype)
+                          const span_md_extent_t *ext, ucs_memory_type_t mtype)
 {
     __atomic_add_fetch(&smd->stats.registrations, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&smd->stats.chunks, memh->num_inner, __ATOMIC_RELAXED);
-    if (!smd->share) {
+    if (!span_md_may_share(smd, ext)) {
         return;
     }
+    memh->entry.identity = ext->identity;
     memh->entry.owner    = smd;
     memh->entry.start    = memh->geom.base;
     memh->entry.length   = memh->geom.length;
@@ -267,6 +380,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
 {
     span_md_t *smd          = (span_md_t*)md;
     ucs_memory_type_t mtype = UCS_MEMORY_TYPE_HOST;
+    span_md_extent_t ext;
     span_chunk_geom_t geom;
     span_memh_t *memh;
     ucs_status_t status;
@@ -282,14 +396,20 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh = span_md_shared(smd, address, length, mtype);
+    status = span_md_extent(smd, address, length, mtype, &ext);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    memh = span_md_shared(smd, &ext, mtype);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
     }
 
-    status = span_chunk_plan(&geom, (uintptr_t)address, length,
-                             smd->unit_size, smd->chunk_size, smd->overlap);
+    status = span_chunk_plan_from(&geom, ext.base, ext.length,
+                                  ext.unit_origin, ext.unit_size,
+                                  smd->chunk_size, smd->overlap);
     if (status != UCS_OK) {
         return status;
     }
@@ -315,7 +435,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         goto err_dereg;
     }
 
-    span_md_share(smd, memh, mtype);
+    span_md_share(smd, memh, &ext, mtype);
     *memh_p = memh;
     return UCS_OK;
 
@@ -346,6 +466,9 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
     memh = params->memh;
     if ((memh->entry.owner != NULL) && !span_registry_release(&memh->entry)) {
         return UCS_OK; /* shared: others hold it still */
+    }
+    if (memh->spilled) {
+        span_spill_remove(&memh->spill);
     }
     status = span_md_chunks_dereg(smd, memh, memh->num_inner);
     free(memh);
@@ -445,6 +568,9 @@ static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
     span_memh_t *smem = memh;
     ucs_status_t status;
 
+    if (smem->spilled) {
+        span_spill_remove(&smem->spill);
+    }
     status = smd->inner->ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);
     return status;
@@ -555,6 +681,27 @@ static ucs_status_t span_md_limits(span_md_t *smd,
     return UCS_OK;
 }
 
+/* Spilled keys can only be read on this node: 'try' spills only for inner
+ * MDs none of whose transports reaches another node */
+static int span_md_spill_mode(span_md_t *smd, int config)
+{
+    uct_tl_resource_desc_t *resources;
+    unsigned i, count;
+    int local = 1;
+
+    if (config != UCS_TRY) {
+        return config;
+    }
+    if (uct_md_query_tl_resources(smd->inner, &resources, &count) != UCS_OK) {
+        return UCS_NO;
+    }
+    for (i = 0; i < count; ++i) {
+        local &= (resources[i].dev_type != UCT_DEVICE_TYPE_NET);
+    }
+    uct_release_tl_resource_list(resources);
+    return local ? UCS_TRY : UCS_NO;
+}
+
 /* Finds the component that offers an MD named inner_name */
 static uct_component_t *span_md_find_inner_component(const char *inner_name)
 {
@@ -657,6 +804,14 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         goto err_close;
     }
 
+    smd->spill = span_md_spill_mode(smd, ((const span_md_config_t*)config)->spill);
+    if (smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) {
+        smd->cuda = span_cuda_driver();
+        if (smd->cuda == NULL) {
+            ucs_diag("span: md '%s': no CUDA driver to resolve allocations: "
+                     "device memory is registered as given", md_name);
+        }
+    }
     smd->share = (span_ucm_subscribe() == UCS_OK);
 
     *md_p = &smd->super;

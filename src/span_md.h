@@ -9,6 +9,7 @@
 #include "span_component.h"
 #include "span_registry.h"
 #include "span_rkey.h"
+#include "resolvers/span_cuda.h"
 
 typedef struct span_md_config {
     uct_md_config_t super;
@@ -18,6 +19,7 @@ typedef struct span_md_config {
     unsigned        test_fail_reg;
     unsigned        test_fail_dereg;
     unsigned        test_no_resource;
+    int             spill;
 } span_md_config_t;
 
 extern ucs_config_field_t span_md_config_table[];
@@ -36,6 +38,9 @@ typedef struct span_md {
     unsigned         test_no_resource; /* 1-based piece of split ops */
     int              share;            /* memory events seen: registrations
                                           of a range are shared */
+    const span_cuda_ops_t *cuda;       /* resolves device memory, or NULL */
+    int              spill;            /* UCS_YES: always, UCS_TRY: keys
+                                          that do not fit inline */
     span_registry_stats_t stats;
 } span_md_t;
 
@@ -45,6 +50,8 @@ typedef struct span_memh {
     span_chunk_geom_t geom;
     uint8_t           rkey_size;
     uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */
+    int               spilled;    /* the keys are in the spill slot */
+    span_rkey_spill_t spill;
     uint32_t          num_inner;  /* 0 where the inner MD does not register */
     uct_mem_h         inner[];
 } span_memh_t;

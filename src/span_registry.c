@@ -16,21 +16,38 @@ static pthread_mutex_t span_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t        span_registry_lo   = UINT64_MAX; /* listed span */
 static uint64_t        span_registry_hi;
 
+static void span_registry_stale(span_registry_entry_t *entry, uint64_t start,
+                                uint64_t length, const char *why)
+{
+    entry->valid = 0;
+    __atomic_add_fetch(&entry->stats->invalidations, 1, __ATOMIC_RELAXED);
+    ucs_debug("span: registration [0x%" PRIx64 ", +%" PRIu64 ") is stale: "
+              "[0x%" PRIx64 ", +%" PRIu64 ") %s", entry->start, entry->length,
+              start, length, why);
+}
+
 span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           uint64_t length,
-                                          ucs_memory_type_t mem_type)
+                                          ucs_memory_type_t mem_type,
+                                          uint64_t identity)
 {
     span_registry_entry_t *entry, *found = NULL;
 
     pthread_mutex_lock(&span_registry_lock);
     ucs_list_for_each(entry, &span_registry_list, list) {
-        if (entry->valid && (entry->owner == owner) &&
-            (entry->start == start) && (entry->length == length) &&
-            (entry->mem_type == mem_type)) {
-            ++entry->refcount;
-            found = entry;
-            break;
+        if (!entry->valid || (entry->owner != owner) ||
+            (entry->start != start) || (entry->length != length) ||
+            (entry->mem_type != mem_type)) {
+            continue;
         }
+        if (entry->identity != identity) {
+            span_registry_stale(entry, start, length,
+                                "holds other memory now");
+            continue;
+        }
+        ++entry->refcount;
+        found = entry;
+        break;
     }
     pthread_mutex_unlock(&span_registry_lock);
     return found;
@@ -85,13 +102,7 @@ void span_registry_invalidate(uint64_t start, uint64_t length)
         ucs_list_for_each(entry, &span_registry_list, list) {
             if (entry->valid && (start < entry->start + entry->length) &&
                 (entry->start < end)) {
-                entry->valid = 0;
-                __atomic_add_fetch(&entry->stats->invalidations, 1,
-                                   __ATOMIC_RELAXED);
-                ucs_debug("span: registration [0x%" PRIx64 ", +%" PRIu64
-                          ") is stale: [0x%" PRIx64 ", +%" PRIu64 ") was "
-                          "freed", entry->start, entry->length, start,
-                          length);
+                span_registry_stale(entry, start, length, "was freed");
             }
         }
     }

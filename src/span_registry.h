@@ -30,16 +30,19 @@ typedef struct span_registry_entry {
     uint64_t              start;
     uint64_t              length;
     ucs_memory_type_t     mem_type;
+    uint64_t              identity; /* of the memory (CUDA buffer ids), 0 */
     unsigned              refcount;
     int                   valid;
     span_registry_stats_t *stats;
 } span_registry_entry_t;
 
-/* A valid entry of owner for exactly this range, with one more reference,
- * or NULL */
+/* A valid entry of owner for exactly this range and memory, with one more
+ * reference, or NULL. An entry of the range whose memory has another
+ * identity missed its free event: it is made stale. */
 span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           uint64_t length,
-                                          ucs_memory_type_t mem_type);
+                                          ucs_memory_type_t mem_type,
+                                          uint64_t identity);
 
 /* Lists an entry with one reference */
 void span_registry_add(span_registry_entry_t *entry);

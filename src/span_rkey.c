@@ -3,7 +3,11 @@
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
- *   1       1     flags          0; any other value is refused
+ *   1       1     flags          bit 0 UNITS_FROM_BASE: hard boundaries lie
+ *                                at base + k * unit size, not at absolute
+ *                                multiples (units resolved from a driver);
+ *                                bit 1 SPILL: the body is a spill reference;
+ *                                other bits are refused
  *   2       2     num_chunks     n >= 1, inner registrations (one key each)
  *   4       4     component_id   FNV-1a 32 of the inner component's name
  *   8       8     base           first byte of the registered extent, in the
@@ -17,12 +21,23 @@
  *   37      1     num_varying    v, key bytes that differ between keys
  *   38      4     hdr_checksum   FNV-1a 32 of bytes [0, 38)
  *   42      4     checksum       FNV-1a 32 of bytes [0, 38) then the body
- *   46            body, absent when K = 0:
+ *   46            inline body (SPILL clear), absent when K = 0:
  *                 key 0          K bytes, whole
  *                 mask           ceil(K/8) bytes, only when n > 1: bit b set
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
+ *   46            spill body (SPILL set, same-node transports only), 36
+ *                 bytes: the n keys, whole, lie in a slot of the
+ *                 exporter's spill arena (span_spill.c)
+ *                 +0  4  pid       exporting process
+ *                 +4  4  fd        its descriptor of the arena (a memfd)
+ *                 +8  8  arena_id  random, repeated in the arena's header:
+ *                                  a recycled pid or fd is refused
+ *                 +16 8  offset    of the slot in the arena
+ *                 +24 8  seq       of the slot, changed when it is released:
+ *                                  a key of a deregistered region is refused
+ *                 +32 4  keys_sum  FNV-1a 32 of the n * K key bytes
  *   ...     ...   unused up to the twin MD's rkey_packed_size
  *
  * The geometry (chunk_pages, overlap_pages, unit_pages) is planned again by
@@ -30,6 +45,8 @@
  * neighbour registrations share most of their bytes (an ib key differs in
  * two or three): with K = 8, v = 4 and 2 GiB chunks overlapping by 4 MiB,
  * 51 keys fit, 101.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 26, 51.9 GiB.
+ * Keys too large for that (cuda_ipc's are 192 bytes: even two never fit)
+ * spill on transports that only reach their own node.
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
  * key instead of an access to the wrong bytes. UCP does not pass the key's
@@ -48,6 +65,10 @@
 #define SPAN_RKEY_FNV_PRIME  16777619u
 #define SPAN_RKEY_HDR_SUM_OFFSET 38
 #define SPAN_RKEY_SUM_OFFSET     42
+#define SPAN_RKEY_SPILL_SIZE     36
+
+#define SPAN_RKEY_FLAG_UNITS_FROM_BASE UCS_BIT(0)
+#define SPAN_RKEY_FLAG_SPILL           UCS_BIT(1)
 
 static uint32_t span_rkey_fnv(uint32_t hash, const void *data, size_t size)
 {
@@ -92,9 +113,12 @@ static size_t span_rkey_mask_size(size_t key_size)
     return (key_size + 7) / 8;
 }
 
-static size_t span_rkey_body_size(size_t key_size, uint32_t num_chunks,
-                                  unsigned num_varying)
+static size_t span_rkey_body_size(unsigned flags, size_t key_size,
+                                  uint32_t num_chunks, unsigned num_varying)
 {
+    if (flags & SPAN_RKEY_FLAG_SPILL) {
+        return SPAN_RKEY_SPILL_SIZE;
+    }
     if ((key_size == 0) || (num_chunks == 1)) {
         return key_size;
     }
@@ -105,6 +129,11 @@ static size_t span_rkey_body_size(size_t key_size, uint32_t num_chunks,
 static int span_rkey_mask_bit(const uint8_t *mask, size_t b)
 {
     return (mask[b / 8] >> (b % 8)) & 1;
+}
+
+uint32_t span_rkey_hash(const void *data, size_t size)
+{
+    return span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, data, size);
 }
 
 uint32_t span_rkey_component_id(const char *component_name)
@@ -121,31 +150,16 @@ static int span_rkey_pages(uint64_t size, uint32_t *pages_p)
            ((uint64_t)*pages_p * SPAN_RKEY_PAGE == size);
 }
 
-ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
-                            const void *keys, size_t *packed_size_p)
+/* Bytes of a key that differ between the keys, as a mask; their count */
+static unsigned span_rkey_varying(const uint8_t *k, size_t K, uint32_t n,
+                                  uint8_t *mask)
 {
-    const span_chunk_geom_t *geom = &desc->geom;
-    const uint8_t *k              = keys;
-    uint8_t *p                    = buffer;
-    uint8_t mask[SPAN_RKEY_MAX_KEY / 8 + 1] = {0};
-    uint32_t chunk_pages, overlap_pages, unit_pages, i;
-    size_t b, body_size, K = desc->key_size;
     unsigned num_varying = 0;
-    uint8_t *out;
-
-    if (!span_rkey_pages(geom->chunk_size, &chunk_pages) ||
-        !span_rkey_pages(geom->overlap, &overlap_pages) ||
-        !span_rkey_pages(geom->unit_size, &unit_pages) ||
-        (K > SPAN_RKEY_MAX_KEY)) {
-        ucs_error("span rkey: chunk %" PRIu64 ", overlap %" PRIu64 ", unit %"
-                  PRIu64 " bytes and %zu-byte keys cannot be packed (sizes "
-                  "must be whole 4 KiB pages)", geom->chunk_size,
-                  geom->overlap, geom->unit_size, K);
-        return UCS_ERR_INVALID_PARAM;
-    }
+    uint32_t i;
+    size_t b;
 
     for (b = 0; b < K; ++b) {
-        for (i = 1; i < geom->num_chunks; ++i) {
+        for (i = 1; i < n; ++i) {
             if (k[(i * K) + b] != k[b]) {
                 mask[b / 8] |= 1 << (b % 8);
                 ++num_varying;
@@ -153,50 +167,116 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
             }
         }
     }
+    return num_varying;
+}
 
-    body_size = span_rkey_body_size(K, geom->num_chunks, num_varying);
+static void span_rkey_pack_inline(uint8_t *out, const uint8_t *k, size_t K,
+                                  uint32_t n, const uint8_t *mask)
+{
+    uint32_t i;
+    size_t b;
+
+    if (K == 0) {
+        return;
+    }
+    memcpy(out, k, K);
+    out += K;
+    if (n == 1) {
+        return;
+    }
+    memcpy(out, mask, span_rkey_mask_size(K));
+    out += span_rkey_mask_size(K);
+    for (i = 1; i < n; ++i) {
+        for (b = 0; b < K; ++b) {
+            if (span_rkey_mask_bit(mask, b)) {
+                *(out++) = k[(i * K) + b];
+            }
+        }
+    }
+}
+
+static void span_rkey_pack_spill(uint8_t *out, const span_rkey_spill_t *spill)
+{
+    span_rkey_put(out + 0, spill->pid, 4);
+    span_rkey_put(out + 4, spill->fd, 4);
+    span_rkey_put(out + 8, spill->arena_id, 8);
+    span_rkey_put(out + 16, spill->offset, 8);
+    span_rkey_put(out + 24, spill->seq, 8);
+    span_rkey_put(out + 32, spill->keys_sum, 4);
+}
+
+/* The flags of a geometry; -1 where the format cannot carry it */
+static int span_rkey_geom_flags(const span_chunk_geom_t *geom,
+                                uint32_t pages[3])
+{
+    if (!span_rkey_pages(geom->chunk_size, &pages[0]) ||
+        !span_rkey_pages(geom->overlap, &pages[1]) ||
+        !span_rkey_pages(geom->unit_size, &pages[2])) {
+        return -1;
+    }
+    if ((geom->unit_size == 0) || (geom->unit_origin == 0)) {
+        return 0;
+    }
+    return (geom->unit_origin == geom->base) ? SPAN_RKEY_FLAG_UNITS_FROM_BASE :
+                                               -1;
+}
+
+ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
+                            const void *keys, size_t *packed_size_p)
+{
+    const span_chunk_geom_t *geom = &desc->geom;
+    uint8_t *p                    = buffer;
+    uint8_t mask[SPAN_RKEY_MAX_KEY / 8 + 1] = {0};
+    size_t body_size, K = desc->key_size;
+    unsigned num_varying = 0;
+    uint32_t pages[3];
+    int flags;
+
+    flags = span_rkey_geom_flags(geom, pages);
+    if ((flags < 0) || (K > SPAN_RKEY_MAX_KEY)) {
+        ucs_error("span rkey: chunk %" PRIu64 ", overlap %" PRIu64 ", unit %"
+                  PRIu64 " bytes from 0x%" PRIx64 " and %zu-byte keys cannot "
+                  "be packed (sizes must be whole 4 KiB pages, units start at "
+                  "0 or at the base)", geom->chunk_size, geom->overlap,
+                  geom->unit_size, geom->unit_origin, K);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (desc->spilled) {
+        flags |= SPAN_RKEY_FLAG_SPILL;
+    } else {
+        num_varying = span_rkey_varying(keys, K, geom->num_chunks, mask);
+    }
+    body_size = span_rkey_body_size(flags, K, geom->num_chunks, num_varying);
     if (SPAN_RKEY_HDR_SIZE + body_size > SPAN_RKEY_MAX_SIZE) {
-        ucs_error("span rkey: %u inner keys of %zu bytes (%u varying) need "
-                  "%zu bytes, more than %d: [0x%" PRIx64 ", +%" PRIu64 ") is "
-                  "too large for chunks of %" PRIu64 " bytes",
-                  geom->num_chunks, K, num_varying,
-                  SPAN_RKEY_HDR_SIZE + body_size, SPAN_RKEY_MAX_SIZE,
-                  geom->base, geom->length, geom->chunk_size);
+        ucs_debug("span rkey: %u inner keys of %zu bytes (%u varying) need "
+                  "%zu bytes inline, more than %d", geom->num_chunks, K,
+                  num_varying, SPAN_RKEY_HDR_SIZE + body_size,
+                  SPAN_RKEY_MAX_SIZE);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
     span_rkey_put(p + 0, SPAN_RKEY_VERSION, 1);
-    span_rkey_put(p + 1, 0, 1);
+    span_rkey_put(p + 1, flags, 1);
     span_rkey_put(p + 2, geom->num_chunks, 2);
     span_rkey_put(p + 4, desc->component_id, 4);
     span_rkey_put(p + 8, geom->base, 8);
     span_rkey_put(p + 16, geom->length, 8);
-    span_rkey_put(p + 24, chunk_pages, 4);
-    span_rkey_put(p + 28, overlap_pages, 4);
-    span_rkey_put(p + 32, unit_pages, 4);
+    span_rkey_put(p + 24, pages[0], 4);
+    span_rkey_put(p + 28, pages[1], 4);
+    span_rkey_put(p + 32, pages[2], 4);
     span_rkey_put(p + 36, K, 1);
     span_rkey_put(p + 37, num_varying, 1);
     span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
                   span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
                                 SPAN_RKEY_HDR_SUM_OFFSET), 4);
 
-    out = p + SPAN_RKEY_HDR_SIZE;
-    if (K > 0) {
-        memcpy(out, k, K);
-        out += K;
+    if (flags & SPAN_RKEY_FLAG_SPILL) {
+        span_rkey_pack_spill(p + SPAN_RKEY_HDR_SIZE, &desc->spill);
+    } else {
+        span_rkey_pack_inline(p + SPAN_RKEY_HDR_SIZE, keys, K,
+                              geom->num_chunks, mask);
     }
-    if ((K > 0) && (geom->num_chunks > 1)) {
-        memcpy(out, mask, span_rkey_mask_size(K));
-        out += span_rkey_mask_size(K);
-        for (i = 1; i < geom->num_chunks; ++i) {
-            for (b = 0; b < K; ++b) {
-                if (span_rkey_mask_bit(mask, b)) {
-                    *(out++) = k[(i * K) + b];
-                }
-            }
-        }
-    }
-
     span_rkey_put(p + SPAN_RKEY_SUM_OFFSET, span_rkey_checksum(p, body_size),
                   4);
     *packed_size_p = SPAN_RKEY_HDR_SIZE + body_size;
@@ -208,13 +288,15 @@ static ucs_status_t span_rkey_parse_geom(const uint8_t *p,
                                          span_rkey_desc_t *desc)
 {
     uint32_t num_chunks = span_rkey_get(p + 2, 2);
+    uint64_t base       = span_rkey_get(p + 8, 8);
     ucs_status_t status;
 
-    status = span_chunk_plan(&desc->geom, span_rkey_get(p + 8, 8),
-                             span_rkey_get(p + 16, 8),
-                             span_rkey_get(p + 32, 4) * SPAN_RKEY_PAGE,
-                             span_rkey_get(p + 24, 4) * SPAN_RKEY_PAGE,
-                             span_rkey_get(p + 28, 4) * SPAN_RKEY_PAGE);
+    status = span_chunk_plan_from(&desc->geom, base, span_rkey_get(p + 16, 8),
+                                  (p[1] & SPAN_RKEY_FLAG_UNITS_FROM_BASE) ?
+                                  base : 0,
+                                  span_rkey_get(p + 32, 4) * SPAN_RKEY_PAGE,
+                                  span_rkey_get(p + 24, 4) * SPAN_RKEY_PAGE,
+                                  span_rkey_get(p + 28, 4) * SPAN_RKEY_PAGE);
     if (status != UCS_OK) {
         ucs_error("span rkey %p: its geometry is invalid", p);
         return UCS_ERR_INVALID_PARAM;
@@ -251,6 +333,16 @@ static ucs_status_t span_rkey_parse_mask(const uint8_t *p,
     return UCS_OK;
 }
 
+static void span_rkey_parse_spill(const uint8_t *in, span_rkey_spill_t *spill)
+{
+    spill->pid      = span_rkey_get(in + 0, 4);
+    spill->fd       = span_rkey_get(in + 4, 4);
+    spill->arena_id = span_rkey_get(in + 8, 8);
+    spill->offset   = span_rkey_get(in + 16, 8);
+    spill->seq      = span_rkey_get(in + 24, 8);
+    spill->keys_sum = span_rkey_get(in + 32, 4);
+}
+
 ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc)
 {
@@ -279,7 +371,7 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    if (flags != 0) {
+    if (flags & ~(SPAN_RKEY_FLAG_UNITS_FROM_BASE | SPAN_RKEY_FLAG_SPILL)) {
         ucs_error("span rkey %p: unknown flags 0x%x", buffer, flags);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -303,10 +395,12 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
     desc->key0         = p + SPAN_RKEY_HDR_SIZE;
     desc->mask         = desc->key0 + desc->key_size;
     desc->varying      = desc->mask + span_rkey_mask_size(desc->key_size);
-    body_size          = span_rkey_body_size(desc->key_size,
+    desc->spilled      = !!(flags & SPAN_RKEY_FLAG_SPILL);
+    body_size          = span_rkey_body_size(flags, desc->key_size,
                                              desc->geom.num_chunks,
                                              desc->num_varying);
     if ((desc->num_varying > desc->key_size) ||
+        (desc->spilled && ((desc->key_size == 0) || desc->num_varying)) ||
         (body_size > buffer_size - SPAN_RKEY_HDR_SIZE)) {
         ucs_error("span rkey %p: %u keys of %zu bytes (%u varying) overrun "
                   "the %zu-byte buffer", buffer, desc->geom.num_chunks,
@@ -322,7 +416,10 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((desc->key_size > 0) && (desc->geom.num_chunks > 1)) {
+    if (desc->spilled) {
+        span_rkey_parse_spill(desc->key0, &desc->spill);
+        desc->key0 = desc->mask = desc->varying = NULL;
+    } else if ((desc->key_size > 0) && (desc->geom.num_chunks > 1)) {
         return span_rkey_parse_mask(p, desc);
     }
     return UCS_OK;

@@ -17,6 +17,8 @@ struct ucp_case {
     const char       *tls;
     span_pair_mode_t mode;
     const char       *rma_tl; /* transport UCP must pick for RMA */
+    bool             spill = false; /* UCX_SPAN_SPILL=y: keys read from
+                                       the target's spill arena */
 };
 
 const size_t page   = 4096;
@@ -28,6 +30,9 @@ class ucp_pair : public ::testing::TestWithParam<ucp_case> {
 protected:
     void SetUp() override
     {
+        if (GetParam().spill) {
+            setenv("UCX_SPAN_SPILL", "y", 1);
+        }
         ASSERT_EQ(UCS_OK, span_pair_start(&m_pair, GetParam().mode,
                                           GetParam().tls,
                                           UCP_FEATURE_RMA | UCP_FEATURE_AMO64 |
@@ -44,6 +49,7 @@ protected:
             EXPECT_EQ(0, span_pair_stop(&m_pair)) << "target did not exit "
                                                      "cleanly";
         }
+        unsetenv("UCX_SPAN_SPILL");
     }
 
     /* A registration [page, page + length) inside an allocation with one
@@ -243,10 +249,13 @@ INSTANTIATE_TEST_SUITE_P(
         twins, ucp_twin,
         ::testing::Values(ucp_case{"posix,cma+", SPAN_PAIR_FORK, "cma+"},
                           ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+"},
+                          ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+",
+                                   true},
                           ucp_case{"self+", SPAN_PAIR_LOOPBACK, "self+"}),
         [](const ::testing::TestParamInfo<ucp_case> &info) {
             std::string name = info.param.rma_tl;
-            return name.substr(0, name.size() - 1) + "P";
+            return name.substr(0, name.size() - 1) + "P" +
+                   (info.param.spill ? "_spilled" : "");
         });
 
 } // namespace
@@ -379,10 +388,13 @@ INSTANTIATE_TEST_SUITE_P(
         twins, ucp_chunked,
         ::testing::Values(ucp_case{"posix,cma+", SPAN_PAIR_FORK, "cma+"},
                           ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+"},
+                          ucp_case{"posix,strict+", SPAN_PAIR_FORK, "strict+",
+                                   true},
                           ucp_case{"self+", SPAN_PAIR_LOOPBACK, "self+"}),
         [](const ::testing::TestParamInfo<ucp_case> &info) {
             std::string name = info.param.rma_tl;
-            return name.substr(0, name.size() - 1) + "P";
+            return name.substr(0, name.size() - 1) + "P" +
+                   (info.param.spill ? "_spilled" : "");
         });
 
 /*

@@ -1,0 +1,222 @@
+/*
+ * CUDA resolver.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_cuda.h"
+#include "span_chunk.h"
+
+#include <ucs/debug/log_def.h>
+#include <inttypes.h>
+
+#define SPAN_CUDA_FNV64_OFFSET 0xcbf29ce484222325ull
+#define SPAN_CUDA_FNV64_PRIME  0x100000001b3ull
+
+/* A new unit continues the walk: it starts where the last one ended, and
+ * every unit before it has the size of the first */
+static ucs_status_t span_cuda_unit_check(const span_cuda_extent_t *extent,
+                                         uint64_t cur, uint64_t base,
+                                         uint64_t size, uint64_t first_size,
+                                         uint64_t last_size)
+{
+    if ((size == 0) || (base > cur) || (base + size <= cur) ||
+        ((extent->num_units > 0) && (base != cur))) {
+        ucs_error("span cuda: mapping [0x%" PRIx64 ", +%" PRIu64 ") reported "
+                  "for 0x%" PRIx64 " does not continue the walk", base, size,
+                  cur);
+        return UCS_ERR_INVALID_ADDR;
+    }
+    if ((extent->num_units > 0) &&
+        ((last_size != first_size) || (size > first_size))) {
+        ucs_error("span cuda: physical allocations of %" PRIu64 ", then %"
+                  PRIu64 " and %" PRIu64 " bytes at 0x%" PRIx64 ": one "
+                  "registration spans units of one size (but the last)",
+                  first_size, last_size, size, base);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if (extent->num_units >= SPAN_CHUNK_MAX) {
+        ucs_error("span cuda: range at 0x%" PRIx64 " spans more than %u "
+                  "physical allocations", extent->base, SPAN_CHUNK_MAX);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
+                               uint64_t length, span_cuda_extent_t *extent)
+{
+    uint64_t cur = addr, end = addr + length, first_size = 0, last_size = 0;
+    uint64_t base, size, id;
+    ucs_status_t status;
+
+    if ((length == 0) || (end < addr)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    extent->num_units = 0;
+    extent->identity  = SPAN_CUDA_FNV64_OFFSET;
+    while (cur < end) {
+        status = ops->range(cur, &base, &size);
+        if (status != UCS_OK) {
+            ucs_error("span cuda: 0x%" PRIx64 " (in [0x%" PRIx64 ", +%"
+                      PRIu64 ")) is not mapped device memory", cur, addr,
+                      length);
+            return UCS_ERR_INVALID_ADDR;
+        }
+        status = span_cuda_unit_check(extent, cur, base, size, first_size,
+                                      last_size);
+        if (status != UCS_OK) {
+            return status;
+        }
+        status = ops->buffer_id(base, &id);
+        if (status != UCS_OK) {
+            ucs_error("span cuda: no buffer id for the allocation at 0x%"
+                      PRIx64, base);
+            return UCS_ERR_INVALID_ADDR;
+        }
+        if (extent->num_units++ == 0) {
+            extent->base = base;
+            first_size   = size;
+        }
+        extent->identity = (extent->identity ^ id) * SPAN_CUDA_FNV64_PRIME;
+        last_size        = size;
+        cur              = base + size;
+        if (cur < base) {
+            return UCS_ERR_INVALID_ADDR;
+        }
+    }
+
+    extent->length    = cur - extent->base;
+    extent->unit_size = (extent->num_units > 1) ? first_size : 0;
+    return UCS_OK;
+}
+
+#if HAVE_CUDA
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+static struct {
+    typeof(cuMemGetAddressRange)      *mem_get_address_range;
+    typeof(cuPointerGetAttribute)     *pointer_get_attribute;
+    typeof(cuDeviceGet)               *device_get;
+    typeof(cuDevicePrimaryCtxRetain)  *primary_ctx_retain;
+    typeof(cuDevicePrimaryCtxRelease) *primary_ctx_release;
+    typeof(cuCtxPushCurrent)          *ctx_push;
+    typeof(cuCtxPopCurrent)           *ctx_pop;
+} span_cuda_fn;
+
+static pthread_once_t span_cuda_once = PTHREAD_ONCE_INIT;
+static int            span_cuda_loaded;
+
+/* The address range needs a context; UCP may register from a thread that
+ * has none current: the primary context of the memory's device is used */
+static CUresult span_cuda_range_in_ctx(CUdeviceptr addr, CUdeviceptr *base,
+                                       size_t *size)
+{
+    CUcontext ctx, popped;
+    CUdevice dev;
+    CUresult res;
+    int ordinal;
+
+    res = span_cuda_fn.pointer_get_attribute(&ordinal,
+                                             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                             addr);
+    if ((res != CUDA_SUCCESS) ||
+        ((res = span_cuda_fn.device_get(&dev, ordinal)) != CUDA_SUCCESS) ||
+        ((res = span_cuda_fn.primary_ctx_retain(&ctx, dev)) != CUDA_SUCCESS)) {
+        return res;
+    }
+    res = span_cuda_fn.ctx_push(ctx);
+    if (res == CUDA_SUCCESS) {
+        res = span_cuda_fn.mem_get_address_range(base, size, addr);
+        span_cuda_fn.ctx_pop(&popped);
+    }
+    span_cuda_fn.primary_ctx_release(dev);
+    return res;
+}
+
+static ucs_status_t span_cuda_range(uint64_t addr, uint64_t *base_p,
+                                    uint64_t *size_p)
+{
+    CUdeviceptr base;
+    size_t size;
+    CUresult res;
+
+    res = span_cuda_fn.mem_get_address_range(&base, &size, addr);
+    if (res == CUDA_ERROR_INVALID_CONTEXT) {
+        res = span_cuda_range_in_ctx(addr, &base, &size);
+    }
+    if (res != CUDA_SUCCESS) {
+        ucs_debug("span cuda: cuMemGetAddressRange(0x%" PRIx64 ") failed: %d",
+                  addr, res);
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *base_p = base;
+    *size_p = size;
+    return UCS_OK;
+}
+
+static ucs_status_t span_cuda_buffer_id(uint64_t addr, uint64_t *id_p)
+{
+    unsigned long long id;
+    CUresult res;
+
+    res = span_cuda_fn.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                             addr);
+    if (res != CUDA_SUCCESS) {
+        ucs_debug("span cuda: no buffer id for 0x%" PRIx64 ": %d", addr, res);
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *id_p = id;
+    return UCS_OK;
+}
+
+static const span_cuda_ops_t span_cuda_driver_ops = {
+    .range     = span_cuda_range,
+    .buffer_id = span_cuda_buffer_id
+};
+
+/* Versioned names: cuda.h maps the API names to them with macros */
+static void span_cuda_load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+
+    if (lib == NULL) {
+        ucs_debug("span cuda: resolver off: %s", dlerror());
+        return;
+    }
+    span_cuda_fn.mem_get_address_range = dlsym(lib, "cuMemGetAddressRange_v2");
+    span_cuda_fn.pointer_get_attribute = dlsym(lib, "cuPointerGetAttribute");
+    span_cuda_fn.device_get            = dlsym(lib, "cuDeviceGet");
+    span_cuda_fn.primary_ctx_retain    = dlsym(lib, "cuDevicePrimaryCtxRetain");
+    span_cuda_fn.primary_ctx_release   = dlsym(lib,
+                                               "cuDevicePrimaryCtxRelease_v2");
+    span_cuda_fn.ctx_push              = dlsym(lib, "cuCtxPushCurrent_v2");
+    span_cuda_fn.ctx_pop               = dlsym(lib, "cuCtxPopCurrent_v2");
+    span_cuda_loaded = span_cuda_fn.mem_get_address_range &&
+                       span_cuda_fn.pointer_get_attribute &&
+                       span_cuda_fn.device_get &&
+                       span_cuda_fn.primary_ctx_retain &&
+                       span_cuda_fn.primary_ctx_release &&
+                       span_cuda_fn.ctx_push && span_cuda_fn.ctx_pop;
+    if (!span_cuda_loaded) {
+        ucs_warn("span cuda: libcuda.so.1 lacks a driver call span needs: "
+                 "device memory is registered as one unit");
+        dlclose(lib);
+    }
+}
+
+const span_cuda_ops_t *span_cuda_driver(void)
+{
+    pthread_once(&span_cuda_once, span_cuda_load);
+    return span_cuda_loaded ? &span_cuda_driver_ops : NULL;
+}
+#else
+const span_cuda_ops_t *span_cuda_driver(void)
+{
+    return NULL; /* built without --with-cuda */
+}
+#endif

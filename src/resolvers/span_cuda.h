@@ -1,0 +1,43 @@
+/*
+ * CUDA resolver: the physical units under a range of device memory. A
+ * cudaMalloc or pool allocation is one unit (cuMemGetAddressRange); a VMM
+ * range is one unit per mapped physical allocation, which
+ * cuMemGetAddressRange reports one at a time. libcuda is loaded at run
+ * time: without it, or without a device, the resolver is off.
+ */
+#ifndef SPAN_CUDA_H_
+#define SPAN_CUDA_H_
+
+#include <ucs/type/status.h>
+#include <stdint.h>
+
+/* The driver calls the resolver makes; a fake table in the unit tests */
+typedef struct span_cuda_ops {
+    /* The mapping that holds addr: cuMemGetAddressRange */
+    ucs_status_t (*range)(uint64_t addr, uint64_t *base_p, uint64_t *size_p);
+    /* Process-wide unique id of the allocation at addr (BUFFER_ID) */
+    ucs_status_t (*buffer_id)(uint64_t addr, uint64_t *id_p);
+} span_cuda_ops_t;
+
+/* Whole units covering a range. Units of one registration must be of one
+ * size but the last (the chunk geometry of span_chunk.h, units from the
+ * base): PyTorch's expandable segments and VMM pools map same-size
+ * handles. */
+typedef struct span_cuda_extent {
+    uint64_t base;      /* first byte of the first unit */
+    uint64_t length;    /* to the end of the last unit */
+    uint64_t unit_size; /* of every unit but the last; 0: one unit */
+    uint32_t num_units;
+    uint64_t identity;  /* hash of the units' buffer ids: memory allocated
+                           again at the same address has another */
+} span_cuda_extent_t;
+
+/* The real driver, or NULL where libcuda cannot be loaded */
+const span_cuda_ops_t *span_cuda_driver(void);
+
+/* UCS_ERR_INVALID_ADDR where part of the range is not device memory,
+ * UCS_ERR_UNSUPPORTED for units of mixed sizes */
+ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
+                               uint64_t length, span_cuda_extent_t *extent);
+
+#endif

@@ -1,0 +1,303 @@
+/*
+ * Spill arena: one memfd per process, holding slots of inner keys.
+ *
+ * An importer on the same node reads it through /proc/<pid>/fd/<fd>. That
+ * open is checked as a ptrace *read* access (same user, dumpable peer),
+ * which Yama's default ptrace_scope=1 does not restrict, unlike
+ * pidfd_getfd or process_vm_readv (attach access): keys spill wherever
+ * cuda_ipc itself can work. The memfd dies with its process, so nothing
+ * outlives a crash; a slot is released on deregistration.
+ *
+ * Layout: offset 0 holds SPAN_SPILL_MAGIC and the arena id (random, so a
+ * recycled pid or descriptor is refused); slots follow, each a header
+ * {seq, n, K} and n * K key bytes. A slot's seq is written after its keys
+ * and cleared first on release; an importer reads the header again after
+ * the keys, so a slot released meanwhile is refused, not half-read.
+ */
+#include "span_spill.h"
+
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPAN_SPILL_MAGIC     0x4c4c495053415053ull /* "SPASPILL" */
+#define SPAN_SPILL_ALIGN     64
+#define SPAN_SPILL_FIRST     64                    /* after the header */
+#define SPAN_SPILL_MAX_SIZE  (1ul << 30)
+
+typedef struct {
+    uint64_t seq; /* 0: released */
+    uint32_t n;
+    uint32_t key_size;
+} span_spill_slot_t;
+
+typedef struct {
+    uint64_t offset;
+    uint64_t size;
+} span_spill_extent_t;
+
+static struct {
+    pthread_mutex_t     lock;
+    pid_t               pid;      /* the arena is this process's */
+    int                 fd;
+    uint64_t            id;
+    uint64_t            seq;
+    uint64_t            end;      /* bytes in use or freed */
+    span_spill_extent_t *free;    /* sorted by offset, coalesced */
+    size_t              num_free;
+} span_spill = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+
+static uint64_t span_spill_random(void)
+{
+    uint64_t value;
+
+    if (getrandom(&value, sizeof(value), 0) != sizeof(value)) {
+        value = ((uint64_t)time(NULL) << 32) ^ getpid() ^ (uintptr_t)&value;
+    }
+    return value;
+}
+
+static int span_spill_write(const void *buf, size_t size, uint64_t offset)
+{
+    return pwrite(span_spill.fd, buf, size, offset) == (ssize_t)size;
+}
+
+/* A forked child gets its own arena: the inherited one is its parent's */
+static ucs_status_t span_spill_arena(void)
+{
+    uint64_t header[2];
+
+    if ((span_spill.fd >= 0) && (span_spill.pid == getpid())) {
+        return UCS_OK;
+    }
+    if (span_spill.fd >= 0) {
+        close(span_spill.fd);
+    }
+    free(span_spill.free);
+    span_spill.free     = NULL;
+    span_spill.num_free = 0;
+    span_spill.fd       = memfd_create("ucx-span-spill", MFD_CLOEXEC);
+    if (span_spill.fd < 0) {
+        ucs_error("span spill: memfd_create failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    span_spill.pid = getpid();
+    span_spill.id  = span_spill_random();
+    span_spill.seq = span_spill_random() >> 16;
+    span_spill.end = SPAN_SPILL_FIRST;
+    header[0]      = SPAN_SPILL_MAGIC;
+    header[1]      = span_spill.id;
+    if (!span_spill_write(header, sizeof(header), 0)) {
+        ucs_error("span spill: cannot write the arena header: %m");
+        close(span_spill.fd);
+        span_spill.fd = -1;
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+/* First fit among freed extents, else at the end */
+static int span_spill_alloc(uint64_t size, uint64_t *offset_p)
+{
+    span_spill_extent_t *e;
+    size_t i;
+
+    for (i = 0; i < span_spill.num_free; ++i) {
+        e = &span_spill.free[i];
+        if (e->size >= size) {
+            *offset_p  = e->offset;
+            e->offset += size;
+            e->size   -= size;
+            if (e->size == 0) {
+                memmove(e, e + 1, (--span_spill.num_free - i) * sizeof(*e));
+            }
+            return 1;
+        }
+    }
+    if (span_spill.end + size > SPAN_SPILL_MAX_SIZE) {
+        return 0;
+    }
+    *offset_p       = span_spill.end;
+    span_spill.end += size;
+    return 1;
+}
+
+static void span_spill_free_extent(uint64_t offset, uint64_t size)
+{
+    span_spill_extent_t *list = span_spill.free, *grown;
+    size_t i, n = span_spill.num_free;
+
+    for (i = 0; (i < n) && (list[i].offset < offset); ++i) {
+    }
+    if ((i > 0) && (list[i - 1].offset + list[i - 1].size == offset)) {
+        list[i - 1].size += size; /* joins the one before */
+        if ((i < n) && (offset + size == list[i].offset)) {
+            list[i - 1].size += list[i].size;
+            memmove(&list[i], &list[i + 1], (--span_spill.num_free - i) *
+                                            sizeof(*list));
+        }
+        return;
+    }
+    if ((i < n) && (offset + size == list[i].offset)) {
+        list[i].offset = offset;
+        list[i].size  += size;
+        return;
+    }
+    grown = realloc(list, (n + 1) * sizeof(*list));
+    if (grown == NULL) {
+        return; /* the extent is lost to reuse, nothing else */
+    }
+    memmove(&grown[i + 1], &grown[i], (n - i) * sizeof(*grown));
+    grown[i].offset = offset;
+    grown[i].size   = size;
+    span_spill.free = grown;
+    ++span_spill.num_free;
+}
+
+static uint64_t span_spill_slot_size(uint32_t n, size_t K)
+{
+    uint64_t size = sizeof(span_spill_slot_t) + ((uint64_t)n * K);
+
+    return (size + SPAN_SPILL_ALIGN - 1) & ~(uint64_t)(SPAN_SPILL_ALIGN - 1);
+}
+
+ucs_status_t span_spill_put(const void *keys, uint32_t n, size_t K,
+                            span_rkey_spill_t *spill)
+{
+    uint64_t size = span_spill_slot_size(n, K);
+    span_spill_slot_t slot;
+    ucs_status_t status;
+    uint64_t offset;
+
+    pthread_mutex_lock(&span_spill.lock);
+    status = span_spill_arena();
+    if (status != UCS_OK) {
+        goto out;
+    }
+    if (!span_spill_alloc(size, &offset)) {
+        ucs_error("span spill: no room for %u keys of %zu bytes: the arena "
+                  "holds %lu bytes at most (deregister unused regions)", n, K,
+                  SPAN_SPILL_MAX_SIZE);
+        status = UCS_ERR_EXCEEDS_LIMIT;
+        goto out;
+    }
+
+    slot.seq      = ++span_spill.seq;
+    slot.n        = n;
+    slot.key_size = K;
+    if (!span_spill_write(keys, (size_t)n * K, offset + sizeof(slot)) ||
+        !span_spill_write(&slot, sizeof(slot), offset)) {
+        ucs_error("span spill: cannot write %u keys at offset %" PRIu64
+                  ": %m", n, offset);
+        span_spill_free_extent(offset, size);
+        status = UCS_ERR_IO_ERROR;
+        goto out;
+    }
+
+    spill->pid      = span_spill.pid;
+    spill->fd       = span_spill.fd;
+    spill->arena_id = span_spill.id;
+    spill->offset   = offset;
+    spill->seq      = slot.seq;
+    spill->keys_sum = span_rkey_hash(keys, (size_t)n * K);
+out:
+    pthread_mutex_unlock(&span_spill.lock);
+    return status;
+}
+
+void span_spill_remove(const span_rkey_spill_t *spill)
+{
+    span_spill_slot_t slot, cleared = {0};
+
+    pthread_mutex_lock(&span_spill.lock);
+    if ((span_spill.pid != getpid()) || (spill->arena_id != span_spill.id) ||
+        (pread(span_spill.fd, &slot, sizeof(slot), spill->offset) !=
+         sizeof(slot)) || (slot.seq != spill->seq)) {
+        ucs_error("span spill: slot at offset %" PRIu64 " (seq %" PRIu64
+                  ") of arena 0x%" PRIx64 " is not this process's to release",
+                  spill->offset, spill->seq, spill->arena_id);
+    } else if (!span_spill_write(&cleared, sizeof(cleared), spill->offset)) {
+        ucs_error("span spill: cannot release the slot at offset %" PRIu64
+                  ": %m", spill->offset);
+    } else {
+        span_spill_free_extent(spill->offset,
+                               span_spill_slot_size(slot.n, slot.key_size));
+    }
+    pthread_mutex_unlock(&span_spill.lock);
+}
+
+static int span_spill_read(int fd, void *buf, size_t size, uint64_t offset)
+{
+    return pread(fd, buf, size, offset) == (ssize_t)size;
+}
+
+static ucs_status_t span_spill_read_slot(int fd, const span_rkey_spill_t *spill,
+                                         uint32_t n, size_t K)
+{
+    span_spill_slot_t slot;
+
+    if (!span_spill_read(fd, &slot, sizeof(slot), spill->offset) ||
+        (slot.seq != spill->seq) || (slot.n != n) || (slot.key_size != K)) {
+        ucs_error("span spill: slot at offset %" PRIu64 " of process %u is "
+                  "not the one the rkey names (seq %" PRIu64 ", %u keys of "
+                  "%zu bytes): the region was deregistered", spill->offset,
+                  spill->pid, spill->seq, n, K);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
+                              size_t K, void *keys)
+{
+    char path[64];
+    uint64_t header[2];
+    ucs_status_t status;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%u/fd/%u", spill->pid, spill->fd);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ucs_error("span spill: cannot open %s to read %u keys: %m (is the "
+                  "peer on another node, in another pid namespace, or not "
+                  "dumpable?)", path, n);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    status = UCS_ERR_INVALID_PARAM;
+    if (!span_spill_read(fd, header, sizeof(header), 0) ||
+        (header[0] != SPAN_SPILL_MAGIC) || (header[1] != spill->arena_id)) {
+        ucs_error("span spill: %s is not the arena 0x%" PRIx64 " the rkey "
+                  "names (the process or descriptor was recycled)", path,
+                  spill->arena_id);
+        goto out;
+    }
+
+    status = span_spill_read_slot(fd, spill, n, K);
+    if (status != UCS_OK) {
+        goto out;
+    }
+    if (!span_spill_read(fd, keys, (size_t)n * K,
+                         spill->offset + sizeof(span_spill_slot_t)) ||
+        (span_rkey_hash(keys, (size_t)n * K) != spill->keys_sum)) {
+        ucs_error("span spill: the %u keys at offset %" PRIu64 " of %s do "
+                  "not match the rkey's checksum 0x%x", n, spill->offset,
+                  path, spill->keys_sum);
+        status = UCS_ERR_INVALID_PARAM;
+        goto out;
+    }
+    status = span_spill_read_slot(fd, spill, n, K); /* not released meanwhile */
+out:
+    close(fd);
+    return status;
+}

@@ -4,6 +4,7 @@
  * its worker in between, so rendezvous and emulated atomics complete.
  */
 #include "span_pair.h"
+#include "span_gpu.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -48,9 +49,10 @@ typedef struct {
 } span_pair_reply_t;
 
 typedef struct {
-    void      *buf;
-    size_t     length;
-    ucp_mem_h  memh;
+    void           *buf;    /* mem.ptr while mapped */
+    size_t         length;
+    ucp_mem_h      memh;
+    span_gpu_buf_t mem;
 } span_pair_target_region_t;
 
 typedef struct span_pair_target {
@@ -243,13 +245,80 @@ static void span_pair_target_register(span_pair_target_t *t, unsigned id,
     reply->value[1]  = (uintptr_t)t->regions[id].buf;
 }
 
+static ucs_status_t span_pair_target_alloc(span_pair_target_region_t *region,
+                                           unsigned kind, unsigned handles,
+                                           size_t length, void *at)
+{
+    char reason[256];
+    ucs_status_t status;
+
+    if (kind >= SPAN_GPU_KIND_LAST) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if ((kind != SPAN_GPU_HOST) && !span_gpu_init(reason, sizeof(reason))) {
+        fprintf(stderr, "span_pair target: %s\n", reason);
+        return UCS_ERR_NO_DEVICE;
+    }
+    status = span_gpu_alloc(kind, length, handles, at, &region->mem);
+    if (status == UCS_OK) {
+        region->buf    = region->mem.ptr;
+        region->length = length;
+    }
+    return status;
+}
+
+static void span_pair_target_free(span_pair_target_region_t *region)
+{
+    span_gpu_free(&region->mem);
+    region->buf = NULL;
+}
+
+/* Device memory is patterned and checked through a host copy */
+static ucs_status_t span_pair_target_fill(span_pair_target_region_t *region,
+                                          unsigned seed)
+{
+    ucs_status_t status;
+    void *host;
+
+    if (region->mem.kind == SPAN_GPU_HOST) {
+        span_pair_fill(region->buf, region->length, seed, 0);
+        return UCS_OK;
+    }
+    host = malloc(region->length);
+    if (host == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    span_pair_fill(host, region->length, seed, 0);
+    status = span_gpu_copy(region->buf, host, region->length);
+    free(host);
+    return status;
+}
+
+static size_t span_pair_target_mismatches(span_pair_target_region_t *region,
+                                          size_t offset, size_t length,
+                                          unsigned seed)
+{
+    uint8_t *buf = (uint8_t*)region->buf + offset;
+    size_t count = SIZE_MAX;
+    void *host;
+
+    if (region->mem.kind == SPAN_GPU_HOST) {
+        return span_pair_mismatches(buf, length, seed, offset);
+    }
+    host = malloc(length ? length : 1);
+    if ((host != NULL) && (span_gpu_copy(host, buf, length) == UCS_OK)) {
+        count = span_pair_mismatches(host, length, seed, offset);
+    }
+    free(host);
+    return count;
+}
+
 static void span_pair_target_map(span_pair_target_t *t,
                                 const span_pair_cmd_t *cmd,
                                 span_pair_reply_t *reply, void **rkey_buf)
 {
     size_t length = cmd->arg[0];
     unsigned id;
-    void *buf;
 
     for (id = 0; (id < SPAN_PAIR_MAX_REGIONS) && t->regions[id].buf; ++id) {
     }
@@ -261,21 +330,45 @@ static void span_pair_target_map(span_pair_target_t *t,
         reply->status = UCS_ERR_INVALID_PARAM;
         return;
     }
-    buf = mmap(NULL, length, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) {
-        reply->status = UCS_ERR_NO_MEMORY;
+    reply->status = span_pair_target_alloc(&t->regions[id], cmd->id & 0xff,
+                                           cmd->id >> 8, length, NULL);
+    if (reply->status != UCS_OK) {
         return;
     }
-    span_pair_fill(buf, length, cmd->arg[3], 0);
-    t->regions[id].buf    = buf;
-    t->regions[id].length = length;
-    span_pair_target_register(t, id, cmd->arg[1], cmd->arg[2], reply,
-                              rkey_buf);
-    if (reply->status != UCS_OK) {
-        munmap(buf, length);
-        t->regions[id].buf = NULL;
+    reply->status = span_pair_target_fill(&t->regions[id], cmd->arg[3]);
+    if (reply->status == UCS_OK) {
+        span_pair_target_register(t, id, cmd->arg[1], cmd->arg[2], reply,
+                                  rkey_buf);
     }
+    if (reply->status != UCS_OK) {
+        span_pair_target_free(&t->regions[id]);
+    }
+}
+
+/* Device memory freed and allocated again until the allocator hands out
+ * the same address (cudaFree, then cudaMalloc); the misses are held
+ * meanwhile, so that each retry gets another address */
+static ucs_status_t span_pair_target_realloc(span_pair_target_region_t *region)
+{
+    span_gpu_buf_t misses[64];
+    void *want = region->buf;
+    unsigned i, count = 0;
+    ucs_status_t status;
+
+    span_gpu_free(&region->mem);
+    do {
+        status = span_gpu_alloc(region->mem.kind, region->length,
+                                region->mem.handles, want, &region->mem);
+        if ((status != UCS_OK) || (region->mem.ptr == want)) {
+            break;
+        }
+        misses[count++] = region->mem;
+    } while (count < sizeof(misses) / sizeof(misses[0]));
+    for (i = 0; i < count; ++i) {
+        span_gpu_free(&misses[i]);
+    }
+    region->buf = (status == UCS_OK) ? region->mem.ptr : NULL;
+    return status;
 }
 
 /* The application frees the buffer and gets new memory at the same address
@@ -287,29 +380,36 @@ static void span_pair_target_remap(span_pair_target_t *t,
     span_pair_target_region_t *region = &t->regions[cmd->id];
     void *buf;
 
+    void *old = region->buf;
+
     ucp_mem_unmap(t->context, region->memh);
-    munmap(region->buf, region->length);
-    buf = mmap(region->buf, region->length, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (buf != region->buf) {
+    if (region->mem.kind == SPAN_GPU_HOST) {
+        munmap(region->buf, region->length);
+        buf = mmap(region->buf, region->length, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        reply->status = (buf == region->buf) ? UCS_OK : UCS_ERR_NO_MEMORY;
+    } else {
+        reply->status = span_pair_target_realloc(region);
+    }
+    if ((reply->status != UCS_OK) || (region->buf != old)) {
         reply->status = UCS_ERR_NO_MEMORY;
         region->buf   = NULL;
         return;
     }
-    span_pair_fill(buf, region->length, cmd->arg[2], 0);
-    span_pair_target_register(t, cmd->id, cmd->arg[0], cmd->arg[1], reply,
-                              rkey_buf);
+    reply->status = span_pair_target_fill(region, cmd->arg[2]);
+    if (reply->status == UCS_OK) {
+        span_pair_target_register(t, cmd->id, cmd->arg[0], cmd->arg[1], reply,
+                                  rkey_buf);
+    }
     if (reply->status != UCS_OK) {
-        munmap(buf, region->length);
-        region->buf = NULL;
+        span_pair_target_free(region);
     }
 }
 
 static void span_pair_target_unmap(span_pair_target_t *t, unsigned id)
 {
     ucp_mem_unmap(t->context, t->regions[id].memh);
-    munmap(t->regions[id].buf, t->regions[id].length);
-    t->regions[id].buf = NULL;
+    span_pair_target_free(&t->regions[id]);
 }
 
 static void *span_pair_target_tag_post(span_pair_target_t *t, size_t length,
@@ -388,17 +488,20 @@ static int span_pair_target_handle(span_pair_target_t *t,
         }
         break;
     case SPAN_PAIR_CMD_REFILL:
-        span_pair_fill(buf, t->regions[cmd->id].length, cmd->arg[1], 0);
+        reply->status = span_pair_target_fill(&t->regions[cmd->id],
+                                              cmd->arg[1]);
         break;
     case SPAN_PAIR_CMD_CHECK:
-        reply->value[0] = span_pair_mismatches(buf + cmd->arg[0], cmd->arg[1],
-                                               cmd->arg[2], cmd->arg[0]);
+        reply->value[0] = span_pair_target_mismatches(&t->regions[cmd->id],
+                                                      cmd->arg[0], cmd->arg[1],
+                                                      cmd->arg[2]);
         break;
     case SPAN_PAIR_CMD_READ64:
         if (cmd->arg[0] + sizeof(uint64_t) > t->regions[cmd->id].length) {
             reply->status = UCS_ERR_INVALID_PARAM;
         } else {
-            memcpy(&reply->value[0], buf + cmd->arg[0], sizeof(uint64_t));
+            reply->status = span_gpu_copy(&reply->value[0], buf + cmd->arg[0],
+                                          sizeof(uint64_t));
         }
         break;
     case SPAN_PAIR_CMD_TAG:
@@ -651,7 +754,17 @@ ucs_status_t span_pair_map(span_pair_t *pair, size_t alloc_length,
                            size_t reg_offset, size_t reg_length, unsigned seed,
                            span_pair_region_t *region)
 {
+    return span_pair_map_kind(pair, SPAN_GPU_HOST, 0, alloc_length,
+                              reg_offset, reg_length, seed, region);
+}
+
+ucs_status_t span_pair_map_kind(span_pair_t *pair, unsigned kind,
+                                unsigned handles, size_t alloc_length,
+                                size_t reg_offset, size_t reg_length,
+                                unsigned seed, span_pair_region_t *region)
+{
     span_pair_cmd_t cmd = {.op  = SPAN_PAIR_CMD_MAP,
+                           .id  = kind | (handles << 8),
                            .arg = {alloc_length, reg_offset, reg_length, seed}};
     span_pair_reply_t reply;
     uint8_t rkey_buf[SPAN_PAIR_MAX_RKEY];

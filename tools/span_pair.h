@@ -83,6 +83,12 @@ void span_pair_ep_info(span_pair_t *pair, char *buf, size_t size);
 ucs_status_t span_pair_map(span_pair_t *pair, size_t alloc_length,
                            size_t reg_offset, size_t reg_length, unsigned seed,
                            span_pair_region_t *region);
+/* The same in memory of a kind of span_gpu.h (SPAN_GPU_VMM: of handles
+ * physical allocations); UCS_ERR_NO_DEVICE where the target has no GPU */
+ucs_status_t span_pair_map_kind(span_pair_t *pair, unsigned kind,
+                                unsigned handles, size_t alloc_length,
+                                size_t reg_offset, size_t reg_length,
+                                unsigned seed, span_pair_region_t *region);
 void span_pair_unmap(span_pair_t *pair, span_pair_region_t *region);
 
 /* The target deregisters the region, unmaps it, maps new memory at the

@@ -1,0 +1,237 @@
+/*
+ * GPU suite: two processes on one GPU, native cuda_ipc beside cuda_ipc+,
+ * put and get of device memory of every kind users register, every byte
+ * checked on the device where it landed. Where no GPU (or no CUDA driver)
+ * is present every test reports itself skipped and the program exits 77,
+ * which ctest shows as skipped, not passed.
+ *
+ * Each case prints one "GPU|" line; contrib/gpu_suite.sh gathers them into
+ * a table.
+ */
+extern "C" {
+#include "tools/span_gpu.h"
+#include "tools/span_pair.h"
+}
+
+#include <gtest/gtest.h>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const size_t MiB = 1 << 20;
+
+char gpu_reason[256];
+bool gpu_present;
+
+struct gpu_case {
+    const char      *name;
+    span_gpu_kind_t kind;
+    unsigned        handles;    /* VMM */
+    size_t          units;      /* allocation size in VMM granules (VMM)
+                                   or MiB */
+    size_t          reg_offset; /* of the registration in the allocation */
+    size_t          reg_trim;   /* bytes short of the allocation's end */
+    bool            native_ok;  /* native cuda_ipc moves it right */
+};
+
+const char *native_tls = "cuda_copy,cuda_ipc,posix";
+const char *twin_tls   = "cuda_copy,cuda_ipc+,posix";
+
+class gpu_pair : public ::testing::TestWithParam<std::tuple<gpu_case, bool>> {
+protected:
+    void SetUp() override
+    {
+        if (!gpu_present) {
+            GTEST_SKIP() << gpu_reason;
+        }
+        ASSERT_EQ(UCS_OK, span_pair_start(&m_pair, SPAN_PAIR_FORK, tls(),
+                                          UCP_FEATURE_RMA | UCP_FEATURE_TAG));
+        m_started = true;
+        char reason[256];
+        ASSERT_TRUE(span_gpu_init(reason, sizeof(reason))) << reason;
+    }
+
+    void TearDown() override
+    {
+        if (m_mapped) {
+            span_pair_unmap(&m_pair, &m_region);
+        }
+        if (m_started) {
+            EXPECT_EQ(0, span_pair_stop(&m_pair));
+        }
+    }
+
+    const gpu_case &gcase() const { return std::get<0>(GetParam()); }
+    bool twin() const { return std::get<1>(GetParam()); }
+    const char *tls() const { return twin() ? twin_tls : native_tls; }
+
+    size_t alloc_length() const
+    {
+        return (gcase().kind == SPAN_GPU_VMM) ?
+               gcase().units * span_gpu_vmm_granularity() :
+               gcase().units * MiB;
+    }
+
+    void map(unsigned seed)
+    {
+        size_t length = alloc_length();
+        ASSERT_EQ(UCS_OK, span_pair_map_kind(&m_pair, gcase().kind,
+                                             gcase().handles, length,
+                                             gcase().reg_offset,
+                                             length - gcase().reg_offset -
+                                             gcase().reg_trim, seed,
+                                             &m_region));
+        m_mapped = true;
+    }
+
+    /* put then get of [off, off + len), bytes checked on both sides; the
+     * number of wrong bytes (SIZE_MAX where an op failed) */
+    size_t put_get(size_t off, size_t len, unsigned seed, unsigned base_seed)
+    {
+        std::vector<uint8_t> host(len), back(len, 0);
+        span_gpu_buf_t local;
+        size_t wrong = SIZE_MAX;
+
+        if (span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local) != UCS_OK) {
+            return SIZE_MAX;
+        }
+        span_pair_fill(host.data(), len, seed, off);
+        if ((span_gpu_copy(local.ptr, host.data(), len) == UCS_OK) &&
+            (span_pair_put(&m_pair, &m_region, off, local.ptr, len) ==
+             UCS_OK)) {
+            wrong = span_pair_check(&m_pair, &m_region, off, len, seed);
+        }
+        if ((wrong != SIZE_MAX) &&
+            (span_pair_refill(&m_pair, &m_region, base_seed) == UCS_OK) &&
+            (span_gpu_copy(local.ptr, back.data(), len) == UCS_OK) &&
+            (span_pair_get(&m_pair, &m_region, off, local.ptr, len) ==
+             UCS_OK) &&
+            (span_gpu_copy(back.data(), local.ptr, len) == UCS_OK)) {
+            wrong += span_pair_mismatches(back.data(), len, base_seed, off);
+        } else {
+            wrong = SIZE_MAX;
+        }
+        span_gpu_free(&local);
+        return wrong;
+    }
+
+    /* Ops to make: the whole registration, and ops across and just past
+     * every physical boundary inside it (the bytes that go wrong) */
+    std::vector<std::pair<size_t, size_t>> ops() const
+    {
+        size_t start = m_region.reg_offset, end = start + m_region.reg_length;
+        std::vector<std::pair<size_t, size_t>> v = {{start, end - start},
+                                                    {start + 1, 4109}};
+        if (gcase().kind == SPAN_GPU_VMM) {
+            size_t hsize = alloc_length() / gcase().handles;
+            for (size_t b = hsize; b < end; b += hsize) {
+                if ((b > start + 2000) && (b + 2109 <= end)) {
+                    v.push_back({b - 2000, 4109});
+                }
+                if (b + 108 <= end) {
+                    v.push_back({b + 100, 8});
+                }
+            }
+        }
+        v.push_back({end - 8, 8});
+        return v;
+    }
+
+    void report(const char *what, size_t done, size_t total, size_t wrong,
+                size_t failed)
+    {
+        char info[65536];
+        span_pair_ep_info(&m_pair, info, sizeof(info));
+        printf("GPU| %-16s | %-9s | %-8s | %zu/%zu ops right | %zu bytes "
+               "wrong | %zu ops failed | rma over cuda_ipc%s: %s\n",
+               gcase().name, twin() ? "cuda_ipc+" : "cuda_ipc", what, done,
+               total, wrong, failed, twin() ? "+" : "",
+               strstr(info, twin() ? "cuda_ipc+/" : "cuda_ipc/") ? "yes" :
+                                                                     "no");
+    }
+
+    void run_ops(const char *what, unsigned seed)
+    {
+        size_t right = 0, wrong = 0, failed = 0;
+        auto list    = ops();
+        for (auto &op : list) {
+            size_t w = put_get(op.first, op.second, ++seed, 7);
+            if (w == SIZE_MAX) {
+                ++failed;
+            } else {
+                wrong += w;
+                right += (w == 0);
+            }
+            if (twin() || gcase().native_ok) {
+                EXPECT_EQ(0u, w) << op.second << " bytes at " << op.first;
+            }
+            ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 7));
+        }
+        report(what, right, list.size(), wrong, failed);
+    }
+
+    span_pair_t        m_pair    = {};
+    span_pair_region_t m_region  = {};
+    bool               m_started = false;
+    bool               m_mapped  = false;
+};
+
+TEST_P(gpu_pair, put_get)
+{
+    map(7);
+    run_ops("put+get", 100);
+}
+
+/* The allocation freed and allocated again at the same address: the peer
+ * moves the new memory's bytes, never the old handle's */
+TEST_P(gpu_pair, free_and_allocate_again_at_the_same_address)
+{
+    map(7);
+    ASSERT_EQ(0u, put_get(m_region.reg_offset, 4096, 50, 7));
+    ucs_status_t status = span_pair_remap(&m_pair, &m_region, 7);
+    if (status == UCS_ERR_NO_MEMORY) {
+        GTEST_SKIP() << "the driver gave no allocation at the old address "
+                        "in 64 tries";
+    }
+    ASSERT_EQ(UCS_OK, status);
+    run_ops("realloc", 200);
+}
+
+std::vector<gpu_case> cases()
+{
+    return {
+        {"malloc_whole", SPAN_GPU_MALLOC, 0, 64, 0, 0, true},
+        {"malloc_sub_odd", SPAN_GPU_MALLOC, 0, 64, MiB + 4109, 40 * MiB + 13,
+         true},
+        {"async_pool", SPAN_GPU_ASYNC, 0, 32, 0, 0, true},
+        {"vmm_1_handle", SPAN_GPU_VMM, 1, 16, 0, 0, true},
+        {"vmm_16_handles", SPAN_GPU_VMM, 16, 16, 0, 0, false},
+        {"vmm_16_sub_odd", SPAN_GPU_VMM, 16, 16, 3 * MiB + 4109,
+         5 * MiB + 13, false},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        gpu, gpu_pair,
+        ::testing::Combine(::testing::ValuesIn(cases()), ::testing::Bool()),
+        [](const ::testing::TestParamInfo<gpu_pair::ParamType> &info) {
+            return std::string(std::get<0>(info.param).name) +
+                   (std::get<1>(info.param) ? "_twin" : "_native");
+        });
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    /* asked in a child: this process must fork before it touches CUDA */
+    gpu_present = span_gpu_probe(gpu_reason, sizeof(gpu_reason));
+    if (!gpu_present) {
+        printf("GPU suite skipped: %s\n", gpu_reason);
+    }
+    int rc = RUN_ALL_TESTS();
+    return ((rc == 0) && !gpu_present) ? 77 : rc;
+}

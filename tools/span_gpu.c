@@ -1,0 +1,330 @@
+/*
+ * Device memory for tests and tools, through libcuda loaded at run time.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_gpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *span_gpu_kind_names[] = {
+    [SPAN_GPU_HOST]   = "host",
+    [SPAN_GPU_MALLOC] = "cudaMalloc",
+    [SPAN_GPU_ASYNC]  = "cudaMallocAsync",
+    [SPAN_GPU_VMM]    = "VMM"
+};
+
+int span_gpu_probe(char *reason, size_t size)
+{
+    int status, pipefd[2];
+    ssize_t got;
+    pid_t pid;
+
+    if (pipe(pipefd) != 0) {
+        snprintf(reason, size, "pipe failed");
+        return 0;
+    }
+    pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        status = span_gpu_init(reason, size);
+        if (!status && (write(pipefd[1], reason, strlen(reason) + 1) < 0)) {
+            _exit(2);
+        }
+        _exit(status ? 0 : 1);
+    }
+    close(pipefd[1]);
+    got = (pid > 0) ? read(pipefd[0], reason, size - 1) : -1;
+    reason[(got > 0) ? got : 0] = '\0';
+    close(pipefd[0]);
+    if ((pid < 0) || (waitpid(pid, &status, 0) != pid)) {
+        snprintf(reason, size, "fork failed");
+        return 0;
+    }
+    return WIFEXITED(status) && (WEXITSTATUS(status) == 0);
+}
+
+static ucs_status_t span_gpu_host_alloc(size_t length, span_gpu_buf_t *buf)
+{
+    buf->ptr = mmap(NULL, length, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return (buf->ptr == MAP_FAILED) ? UCS_ERR_NO_MEMORY : UCS_OK;
+}
+
+#if HAVE_CUDA
+#include <cuda.h>
+#include <dlfcn.h>
+
+#define SPAN_GPU_FN(_name) typeof(_name) *_name
+static struct {
+    SPAN_GPU_FN(cuInit);
+    SPAN_GPU_FN(cuDeviceGetCount);
+    SPAN_GPU_FN(cuDeviceGet);
+    SPAN_GPU_FN(cuDevicePrimaryCtxRetain);
+    SPAN_GPU_FN(cuCtxSetCurrent);
+    SPAN_GPU_FN(cuCtxSynchronize);
+    SPAN_GPU_FN(cuMemAlloc);
+    SPAN_GPU_FN(cuMemFree);
+    SPAN_GPU_FN(cuMemAllocAsync);
+    SPAN_GPU_FN(cuMemFreeAsync);
+    SPAN_GPU_FN(cuStreamSynchronize);
+    SPAN_GPU_FN(cuMemcpy);
+    SPAN_GPU_FN(cuMemGetAllocationGranularity);
+    SPAN_GPU_FN(cuMemCreate);
+    SPAN_GPU_FN(cuMemAddressReserve);
+    SPAN_GPU_FN(cuMemAddressFree);
+    SPAN_GPU_FN(cuMemMap);
+    SPAN_GPU_FN(cuMemUnmap);
+    SPAN_GPU_FN(cuMemSetAccess);
+    SPAN_GPU_FN(cuMemRelease);
+} span_gpu_fn;
+
+static CUdevice span_gpu_dev;
+static int      span_gpu_ready;
+
+static int span_gpu_load(char *reason, size_t size)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void **fn = (void**)&span_gpu_fn;
+    static const char *names[] = {
+        "cuInit", "cuDeviceGetCount", "cuDeviceGet",
+        "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuCtxSynchronize",
+        "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync",
+        "cuStreamSynchronize", "cuMemcpy", "cuMemGetAllocationGranularity",
+        "cuMemCreate", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap",
+        "cuMemUnmap", "cuMemSetAccess", "cuMemRelease"
+    };
+    size_t i;
+
+    if (lib == NULL) {
+        snprintf(reason, size, "no CUDA driver (libcuda.so.1: %s)", dlerror());
+        return 0;
+    }
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+        fn[i] = dlsym(lib, names[i]);
+        if (fn[i] == NULL) {
+            snprintf(reason, size, "libcuda.so.1 lacks %s", names[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int span_gpu_init(char *reason, size_t size)
+{
+    CUcontext ctx;
+    int count = 0;
+
+    if (span_gpu_ready) {
+        return 1;
+    }
+    if (!span_gpu_load(reason, size)) {
+        return 0;
+    }
+    if ((span_gpu_fn.cuInit(0) != CUDA_SUCCESS) ||
+        (span_gpu_fn.cuDeviceGetCount(&count) != CUDA_SUCCESS) ||
+        (count == 0)) {
+        snprintf(reason, size, "no CUDA device (cuInit or device count "
+                 "failed, %d devices)", count);
+        return 0;
+    }
+    if ((span_gpu_fn.cuDeviceGet(&span_gpu_dev, 0) != CUDA_SUCCESS) ||
+        (span_gpu_fn.cuDevicePrimaryCtxRetain(&ctx, span_gpu_dev) !=
+         CUDA_SUCCESS) ||
+        (span_gpu_fn.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)) {
+        snprintf(reason, size, "cannot make device 0's context current");
+        return 0;
+    }
+    span_gpu_ready = 1;
+    return 1;
+}
+
+static void span_gpu_vmm_prop(CUmemAllocationProp *prop)
+{
+    memset(prop, 0, sizeof(*prop));
+    prop->type                 = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop->location.type        = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id          = span_gpu_dev;
+}
+
+size_t span_gpu_vmm_granularity(void)
+{
+    CUmemAllocationProp prop;
+    size_t granularity = 0;
+
+    if (!span_gpu_ready) {
+        return 0;
+    }
+    span_gpu_vmm_prop(&prop);
+    span_gpu_fn.cuMemGetAllocationGranularity(&granularity, &prop,
+                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    return granularity;
+}
+
+static void span_gpu_vmm_free(span_gpu_buf_t *buf)
+{
+    CUdeviceptr base = (CUdeviceptr)buf->ptr;
+
+    span_gpu_fn.cuMemUnmap(base, buf->reserved);
+    span_gpu_fn.cuMemAddressFree(base, buf->reserved);
+}
+
+static ucs_status_t span_gpu_vmm_alloc(size_t length, unsigned handles,
+                                       void *at, span_gpu_buf_t *buf)
+{
+    size_t granularity = span_gpu_vmm_granularity(), hsize;
+    CUmemGenericAllocationHandle handle;
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    CUdeviceptr base;
+    unsigned i;
+
+    if ((granularity == 0) || (handles == 0)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    hsize = (length + handles - 1) / handles;
+    hsize = (hsize + granularity - 1) / granularity * granularity;
+    buf->reserved = hsize * handles;
+    if (span_gpu_fn.cuMemAddressReserve(&base, buf->reserved, 0,
+                                        (CUdeviceptr)at, 0) != CUDA_SUCCESS) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    buf->ptr = (void*)base;
+    span_gpu_vmm_prop(&prop);
+    for (i = 0; i < handles; ++i) {
+        if (span_gpu_fn.cuMemCreate(&handle, hsize, &prop, 0) !=
+            CUDA_SUCCESS) {
+            goto err;
+        }
+        if (span_gpu_fn.cuMemMap(base + (i * hsize), hsize, 0, handle, 0) !=
+            CUDA_SUCCESS) {
+            span_gpu_fn.cuMemRelease(handle);
+            goto err;
+        }
+        span_gpu_fn.cuMemRelease(handle); /* the mapping holds it */
+    }
+    access.location = prop.location;
+    access.flags    = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (span_gpu_fn.cuMemSetAccess(base, buf->reserved, &access, 1) ==
+        CUDA_SUCCESS) {
+        return UCS_OK;
+    }
+err:
+    span_gpu_vmm_free(buf);
+    return UCS_ERR_NO_MEMORY;
+}
+
+ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
+                            unsigned handles, void *at, span_gpu_buf_t *buf)
+{
+    CUdeviceptr ptr;
+    CUresult res = CUDA_SUCCESS;
+
+    memset(buf, 0, sizeof(*buf));
+    buf->kind    = kind;
+    buf->length  = length;
+    buf->handles = handles;
+    if (kind == SPAN_GPU_HOST) {
+        return span_gpu_host_alloc(length, buf);
+    }
+    if (!span_gpu_ready) {
+        return UCS_ERR_NO_DEVICE;
+    }
+    switch (kind) {
+    case SPAN_GPU_MALLOC:
+        res = span_gpu_fn.cuMemAlloc(&ptr, length);
+        break;
+    case SPAN_GPU_ASYNC:
+        res = span_gpu_fn.cuMemAllocAsync(&ptr, length, 0);
+        if (res == CUDA_SUCCESS) {
+            res = span_gpu_fn.cuStreamSynchronize(0);
+        }
+        break;
+    case SPAN_GPU_VMM:
+        return span_gpu_vmm_alloc(length, handles, at, buf);
+    default:
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (res != CUDA_SUCCESS) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    buf->ptr = (void*)ptr;
+    return UCS_OK;
+}
+
+void span_gpu_free(span_gpu_buf_t *buf)
+{
+    switch (buf->kind) {
+    case SPAN_GPU_HOST:
+        munmap(buf->ptr, buf->length);
+        break;
+    case SPAN_GPU_MALLOC:
+        span_gpu_fn.cuMemFree((CUdeviceptr)buf->ptr);
+        break;
+    case SPAN_GPU_ASYNC:
+        span_gpu_fn.cuMemFreeAsync((CUdeviceptr)buf->ptr, 0);
+        span_gpu_fn.cuStreamSynchronize(0);
+        break;
+    case SPAN_GPU_VMM:
+        span_gpu_vmm_free(buf);
+        break;
+    default:
+        break;
+    }
+    buf->ptr = NULL;
+}
+
+ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
+{
+    if (!span_gpu_ready) {
+        memcpy(dst, src, length);
+        return UCS_OK;
+    }
+    if ((span_gpu_fn.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, length) !=
+         CUDA_SUCCESS) ||
+        (span_gpu_fn.cuCtxSynchronize() != CUDA_SUCCESS)) {
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+#else
+int span_gpu_init(char *reason, size_t size)
+{
+    snprintf(reason, size, "built without CUDA (configure --with-cuda)");
+    return 0;
+}
+
+size_t span_gpu_vmm_granularity(void)
+{
+    return 0;
+}
+
+ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
+                            unsigned handles, void *at, span_gpu_buf_t *buf)
+{
+    memset(buf, 0, sizeof(*buf));
+    buf->kind   = kind;
+    buf->length = length;
+    return (kind == SPAN_GPU_HOST) ? span_gpu_host_alloc(length, buf) :
+                                     UCS_ERR_NO_DEVICE;
+}
+
+void span_gpu_free(span_gpu_buf_t *buf)
+{
+    munmap(buf->ptr, buf->length);
+}
+
+ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
+{
+    memcpy(dst, src, length);
+    return UCS_OK;
+}
+#endif

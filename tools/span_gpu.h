@@ -1,0 +1,62 @@
+/*
+ * Device memory for the GPU tests, span-check and the GPU benchmarks:
+ * the kinds of allocation users register (cudaMalloc, stream-ordered pool,
+ * VMM of one or many physical handles), through libcuda loaded at run time,
+ * so that the tools build and run (and report GPUs absent) without one.
+ * CUDA does not survive fork: a process initializes it after forking.
+ */
+#ifndef SPAN_GPU_H_
+#define SPAN_GPU_H_
+
+#include <ucs/type/status.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SPAN_GPU_HOST,    /* not device memory: mmap */
+    SPAN_GPU_MALLOC,  /* cuMemAlloc, as cudaMalloc */
+    SPAN_GPU_ASYNC,   /* cuMemAllocAsync from the device's default pool */
+    SPAN_GPU_VMM,     /* cuMemCreate handles (POSIX fd shareable) mapped
+                         back to back into one reserved range */
+    SPAN_GPU_KIND_LAST
+} span_gpu_kind_t;
+
+typedef struct {
+    span_gpu_kind_t kind;
+    void            *ptr;
+    size_t          length;
+    unsigned        handles;  /* SPAN_GPU_VMM */
+    size_t          reserved; /* SPAN_GPU_VMM: bytes of the range */
+} span_gpu_buf_t;
+
+extern const char *span_gpu_kind_names[];
+
+/* Whether a CUDA device can be used; a reason when not. Initializes CUDA
+ * in this process. */
+int span_gpu_init(char *reason, size_t size);
+
+/* Whether a CUDA device can be used, asked in a child process, so that the
+ * caller can still fork before it initializes CUDA */
+int span_gpu_probe(char *reason, size_t size);
+
+/* The handle size VMM allocations round to (the granularity), 0 w/o GPU */
+size_t span_gpu_vmm_granularity(void);
+
+/* length bytes; for SPAN_GPU_VMM, handles handles of length / handles bytes
+ * each (a multiple of the granularity). at: ask for this address (VMM), or
+ * NULL. */
+ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
+                            unsigned handles, void *at, span_gpu_buf_t *buf);
+void span_gpu_free(span_gpu_buf_t *buf);
+
+/* Synchronous copy between any two of host and device memory */
+ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

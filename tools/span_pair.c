@@ -228,6 +228,10 @@ static void span_pair_target_register(span_pair_target_t *t, unsigned id,
 
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                         UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    if (t->regions[id].mem.kind != SPAN_GPU_HOST) {
+        params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        params.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     params.address    = (uint8_t*)t->regions[id].buf + reg_offset;
     params.length     = reg_length;
     reply->status     = ucp_mem_map(t->context, &params, &t->regions[id].memh);
@@ -260,7 +264,11 @@ static ucs_status_t span_pair_target_alloc(span_pair_target_region_t *region,
         return UCS_ERR_NO_DEVICE;
     }
     status = span_gpu_alloc(kind, length, handles, at, &region->mem);
-    if (status == UCS_OK) {
+    if (status != UCS_OK) {
+        fprintf(stderr, "span_pair target: cannot allocate %zu bytes of %s "
+                "memory: %s\n", length, span_gpu_kind_names[kind],
+                ucs_status_string(status));
+    } else {
         region->buf    = region->mem.ptr;
         region->length = length;
     }
@@ -867,12 +875,22 @@ static ucs_status_t span_pair_flush(span_pair_t *pair, ucs_status_t status)
     return (status != UCS_OK) ? status : flush_status;
 }
 
+static void span_pair_op_param(span_pair_t *pair, ucp_request_param_t *param)
+{
+    memset(param, 0, sizeof(*param));
+    if (pair->local_cuda) {
+        param->op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        param->memory_type  = UCS_MEMORY_TYPE_CUDA;
+    }
+}
+
 ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
                            size_t offset, const void *buf, size_t length)
 {
-    ucp_request_param_t param = {0};
+    ucp_request_param_t param;
     ucs_status_t status;
 
+    span_pair_op_param(pair, &param);
     status = span_pair_wait_target(
             pair, ucp_put_nbx(pair->ep, buf, length,
                               region->base + offset, region->rkey, &param));
@@ -882,9 +900,10 @@ ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
 ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
                            size_t offset, void *buf, size_t length)
 {
-    ucp_request_param_t param = {0};
+    ucp_request_param_t param;
     ucs_status_t status;
 
+    span_pair_op_param(pair, &param);
     status = span_pair_wait_target(
             pair, ucp_get_nbx(pair->ep, buf, length,
                               region->base + offset, region->rkey, &param));

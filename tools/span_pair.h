@@ -32,6 +32,8 @@ typedef struct span_pair {
     int              sock;      /* to the child, SPAN_PAIR_FORK only */
     pid_t            child;
     int              target_dead; /* the child died before it was stopped */
+    int              local_cuda;  /* put/get buffers are device memory:
+                                     told to UCP, as a careful user does */
     struct span_pair_target *target; /* SPAN_PAIR_LOOPBACK only */
 } span_pair_t;
 

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Packs what the GPU suite needs on a machine that has a GPU and no network
+# into .gpu/ (git-ignored, well under the 64 MiB a device run may carry):
+# the wheel's UCX libraries, its CUDA and CMA modules and tools, stripped,
+# and this build's plugin, GPU test and benchmarks. Run after make check.
+# There: contrib/gpu_suite.sh
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+ucx=$top/.deps/ucx
+out=$top/.gpu
+rm -rf "$out"
+mkdir -p "$out/ucx/lib/ucx" "$out/ucx/bin" "$out/span" "$out/bin"
+for lib in ucp uct ucs ucm; do
+    cp -L "$ucx/lib/lib$lib.so.0" "$out/ucx/lib/"
+done
+for mod in uct_cuda ucm_cuda uct_cma ucx_perftest_cuda; do
+    cp -L "$ucx/lib/ucx/lib$mod.so.0" "$out/ucx/lib/ucx/"
+done
+cp "$ucx/bin/ucx_perftest" "$ucx/bin/ucx_info" "$out/ucx/bin/"
+cp -L "$top/src/.libs/libuct_span.so.0" "$out/span/"
+for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
+    [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
+done
+strip --strip-unneeded "$out"/ucx/lib/*.so.0 "$out"/ucx/lib/ucx/*.so.0 \
+    "$out"/span/*.so.0 "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true
+du -sh "$out"

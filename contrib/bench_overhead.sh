@@ -15,31 +15,7 @@ export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/.libs}
 export UCX_WARN_UNUSED_ENV_VARS=n
 perftest=$ucx/bin/ucx_perftest
-port=$((20000 + RANDOM % 20000))
-
-median() {
-    sort -g | awk '{v[NR] = $1} END {
-        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-# overall bandwidth in MB/s of one ucx_perftest client/server pair
-perftest_bw() {
-    local tls=$1 test=$2 size=$3 iters=$4 out
-    port=$((port + 1))
-    UCX_TLS=$tls "$perftest" -p "$port" >/dev/null 2>&1 &
-    local server=$!
-    sleep 0.3
-    out=$(UCX_TLS=$tls "$perftest" 127.0.0.1 -p "$port" -t "$test" \
-              -s "$size" -n "$iters" -w $((iters / 10 + 1)) -f 2>&1) || {
-        kill "$server" 2>/dev/null || true
-        echo "bench: ucx_perftest $test over $tls failed:" >&2
-        echo "$out" >&2
-        return 1
-    }
-    wait "$server"
-    echo "$out" | awk 'END {print $6}'
-}
-
+. "$top/contrib/bench_lib.sh"
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 echo
 "$top/contrib/span_bench_uct" 2000000 $((runs * 2 + 1))

@@ -239,6 +239,13 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
             /* nothing to unpack (self) */
             rkey->inner[i].rkey = UCT_INVALID_RKEY;
             return UCS_OK;
+        } else if (status == UCS_ERR_UNREACHABLE) {
+            /* the inner transport cannot reach this memory (cuda_ipc and a
+             * handle type it cannot import): UCP takes another lane */
+            ucs_debug("span: %s cannot reach the memory of chunk %u/%u",
+                      rkey->inner_component->name, i + 1, rkey->num_inner);
+            span_rkey_release_inner(rkey, i);
+            return status;
         } else if (status != UCS_OK) {
             ucs_error("span: %s failed to unpack the %zu-byte inner key of "
                       "chunk %u/%u: %s", rkey->inner_component->name,

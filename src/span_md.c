@@ -357,6 +357,31 @@ static span_memh_t *span_md_shared(span_md_t *smd,
     return ucs_container_of(entry, span_memh_t, entry);
 }
 
+/* A buffer inside a device allocation registered already (a tensor of a
+ * caching allocator's block) is served without walking the allocation:
+ * one driver call checks that the memory there is still the allocation
+ * that was registered. */
+static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
+                                              size_t length,
+                                              ucs_memory_type_t mtype)
+{
+    span_registry_entry_t *entry;
+    uint64_t id;
+
+    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
+        (smd->cuda->buffer_id((uintptr_t)address, &id) != UCS_OK)) {
+        return NULL;
+    }
+    entry = span_registry_find_within(smd, (uintptr_t)address, length, mtype,
+                                      span_cuda_identity_add(
+                                              SPAN_CUDA_IDENTITY_INIT, id));
+    if (entry == NULL) {
+        return NULL;
+    }
+    __atomic_add_fetch(&smd->stats.hits, 1, __ATOMIC_RELAXED);
+    return ucs_container_of(entry, span_memh_t, entry);
+}
+
 static void span_md_share(span_md_t *smd, span_memh_t *memh,
                           const span_md_extent_t *ext, ucs_memory_type_t mtype)
 {
@@ -394,6 +419,12 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         ucs_error("span md %p: cannot register %s memory %p +%zu", md,
                   ucs_memory_type_names[mtype], address, length);
         return UCS_ERR_UNSUPPORTED;
+    }
+
+    memh = span_md_shared_allocation(smd, address, length, mtype);
+    if (memh != NULL) {
+        *memh_p = memh;
+        return UCS_OK;
     }
 
     status = span_md_extent(smd, address, length, mtype, &ext);

@@ -53,6 +53,30 @@ span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
     return found;
 }
 
+span_registry_entry_t *span_registry_find_within(const void *owner,
+                                                 uint64_t start,
+                                                 uint64_t length,
+                                                 ucs_memory_type_t mem_type,
+                                                 uint64_t identity)
+{
+    span_registry_entry_t *entry, *found = NULL;
+
+    pthread_mutex_lock(&span_registry_lock);
+    ucs_list_for_each(entry, &span_registry_list, list) {
+        if (entry->valid && (entry->owner == owner) &&
+            (entry->mem_type == mem_type) && (entry->identity == identity) &&
+            (start >= entry->start) &&
+            (start - entry->start <= entry->length) &&
+            (length <= entry->length - (start - entry->start))) {
+            ++entry->refcount;
+            found = entry;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&span_registry_lock);
+    return found;
+}
+
 void span_registry_add(span_registry_entry_t *entry)
 {
     entry->refcount = 1;

@@ -44,6 +44,14 @@ span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           ucs_memory_type_t mem_type,
                                           uint64_t identity);
 
+/* A valid entry of owner that holds [start, start + length) whole, of this
+ * identity, with one more reference, or NULL */
+span_registry_entry_t *span_registry_find_within(const void *owner,
+                                                 uint64_t start,
+                                                 uint64_t length,
+                                                 ucs_memory_type_t mem_type,
+                                                 uint64_t identity);
+
 /* Lists an entry with one reference */
 void span_registry_add(span_registry_entry_t *entry);
 

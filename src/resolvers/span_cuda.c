@@ -11,9 +11,6 @@
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 
-#define SPAN_CUDA_FNV64_OFFSET 0xcbf29ce484222325ull
-#define SPAN_CUDA_FNV64_PRIME  0x100000001b3ull
-
 /* A new unit continues the walk: it starts where the last one ended, and
  * every unit before it has the size of the first */
 static ucs_status_t span_cuda_unit_check(const span_cuda_extent_t *extent,
@@ -56,7 +53,7 @@ ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
     }
 
     extent->num_units = 0;
-    extent->identity  = SPAN_CUDA_FNV64_OFFSET;
+    extent->identity  = SPAN_CUDA_IDENTITY_INIT;
     while (cur < end) {
         status = ops->range(cur, &base, &size);
         if (status != UCS_OK) {
@@ -80,7 +77,7 @@ ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
             extent->base = base;
             first_size   = size;
         }
-        extent->identity = (extent->identity ^ id) * SPAN_CUDA_FNV64_PRIME;
+        extent->identity = span_cuda_identity_add(extent->identity, id);
         last_size        = size;
         cur              = base + size;
         if (cur < base) {

@@ -32,6 +32,15 @@ typedef struct span_cuda_extent {
                            again at the same address has another */
 } span_cuda_extent_t;
 
+/* The identity of memory is a hash of the buffer ids of its units, in
+ * order; one unit's is span_cuda_identity_add(SPAN_CUDA_IDENTITY_INIT, id) */
+#define SPAN_CUDA_IDENTITY_INIT 0xcbf29ce484222325ull
+
+static inline uint64_t span_cuda_identity_add(uint64_t identity, uint64_t id)
+{
+    return (identity ^ id) * 0x100000001b3ull;
+}
+
 /* The real driver, or NULL where libcuda cannot be loaded */
 const span_cuda_ops_t *span_cuda_driver(void);
 

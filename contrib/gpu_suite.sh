@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU suite and GPU benchmarks, on a machine with an NVIDIA GPU and no
+# network, from the copy contrib/gpu_bundle.sh made (.gpu/): run from the
+# repository root there. Prints one table per part:
+#  1. GPU tests (native cuda_ipc beside cuda_ipc+, bytes checked);
+#  2. which protocols UCP selects for device memory (UCX_PROTO_INFO);
+#  3. the resolver's view of a VMM range;
+#  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
+#  5. registering 10,000 sub-buffers of one allocation, twin vs native.
+# Usage: contrib/gpu_suite.sh [RUNS]
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+runs=${1:-5}
+gpu=$top/.gpu
+export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export UCX_MODULE_DIR=$gpu/span UCX_WARN_UNUSED_ENV_VARS=n
+perftest=$gpu/ucx/bin/ucx_perftest
+. "$top/contrib/bench_lib.sh"
+native=cuda_copy,cuda_ipc,posix
+twin=cuda_copy,cuda_ipc+,posix
+
+echo "machine: $(nvidia-smi -L 2>/dev/null | head -1), $(nproc) cores"
+echo
+echo "## 1. GPU tests"
+"$gpu/bin/span_gpu_test" > /tmp/span_gpu_test.log 2>&1
+rc=$?
+echo '| case | transport | test | ops right | bytes wrong | ops failed | RMA lane |'
+echo '|---|---|---|---|---|---|---|'
+grep '^GPU|' /tmp/span_gpu_test.log | sed 's/^GPU|/|/; s/$/ |/'
+grep -E '^GPU suite|FAILED  \]' /tmp/span_gpu_test.log
+echo "span_gpu_test exit: $rc"
+
+echo
+echo "## 2. Protocols UCP selects for cudaMalloc memory (UCX_PROTO_INFO=y)"
+for tls in $native $twin; do
+    for t in ucp_put_bw ucp_get; do
+        port=$((port + 1))
+        UCX_TLS=$tls "$perftest" -p "$port" -m cuda >/dev/null 2>&1 &
+        sleep 0.3
+        UCX_PROTO_INFO=y UCX_TLS=$tls "$perftest" 127.0.0.1 -p "$port" \
+            -t $t -m cuda -s $((64 << 20)) -n 4 2>&1 |
+            grep -E 'cuda_ipc' | grep -E 'put|get|zcopy|copy' | head -3 |
+            sed "s/^/$tls $t: /"
+        wait
+    done
+done
+
+echo
+echo "## 3. Resolver"
+"$gpu/bin/span_bench_gpu" units 16
+
+echo
+echo "## 4. ucx_perftest -m cuda, 256 MiB, MB/s, median of $runs"
+echo '| test | cuda_ipc | cuda_ipc+ | ratio |'
+echo '|---|---|---|---|'
+for test in ucp_put_bw ucp_get; do
+    n=() t=()
+    for ((r = 0; r < runs; r++)); do
+        n+=("$(perftest_bw $native $test $((256 << 20)) 50 -m cuda)")
+        t+=("$(perftest_bw $twin $test $((256 << 20)) 50 -m cuda)")
+    done
+    mn=$(printf '%s\n' "${n[@]}" | median)
+    mt=$(printf '%s\n' "${t[@]}" | median)
+    printf '| %s | %.1f | %.1f | %.3f |\n' $test "$mn" "$mt" \
+           "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print t / n}')"
+done
+
+echo
+echo "## 5. Registration of sub-buffers, ms, median of $runs"
+echo '| what | cuda_ipc | cuda_ipc+ | ratio |'
+echo '|---|---|---|---|'
+"$gpu/bin/span_bench_gpu" reg 10000 "$runs"
+exit $rc

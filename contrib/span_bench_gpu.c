@@ -1,0 +1,255 @@
+/*
+ * GPU measurements the GPU suite's table needs beside ucx_perftest:
+ *   units HANDLES        how the CUDA resolver sees a VMM range of HANDLES
+ *                        physical allocations (and one cudaMalloc buffer)
+ *   reg COUNT RUNS       registering COUNT sub-buffers of one 256 MiB
+ *                        cudaMalloc allocation (mem_reg + mkey_pack, then
+ *                        dereg) through cuda_ipc and cuda_ipc+, median ms
+ *   bw KIND HANDLES MIB ITERS TLS
+ *                        put and get bandwidth between two processes over
+ *                        UCP into device memory of a kind (span_gpu.h)
+ * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu_suite.sh runs it.
+ */
+#include "tools/span_gpu.h"
+#include "tools/span_pair.h"
+#include "resolvers/span_cuda.h"
+
+#include "ucx/span_ucx.h" /* the v2 MD calls, not installed */
+#include <ucs/sys/math.h>
+#include <inttypes.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SPAN_BENCH_MAX_RUNS 99
+
+static double span_bench_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + (ts.tv_nsec * 1e-9);
+}
+
+static int span_bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double*)a, y = *(const double*)b;
+
+    return (x > y) - (x < y);
+}
+
+static double span_bench_median(double *v, int n)
+{
+    qsort(v, n, sizeof(*v), span_bench_cmp);
+    return v[n / 2];
+}
+
+static void span_bench_print_extent(const char *what, void *ptr, size_t len)
+{
+    const span_cuda_ops_t *ops = span_cuda_driver();
+    span_cuda_extent_t ext;
+    ucs_status_t status;
+
+    status = (ops == NULL) ? UCS_ERR_NO_DEVICE :
+             span_cuda_resolve(ops, (uintptr_t)ptr, len, &ext);
+    if (status != UCS_OK) {
+        printf("%-28s resolve failed: %s\n", what, ucs_status_string(status));
+        return;
+    }
+    printf("%-28s %p +%zu -> %u units of %" PRIu64 " from 0x%" PRIx64 " +%"
+           PRIu64 "\n", what, ptr, len, ext.num_units, ext.unit_size,
+           ext.base, ext.length);
+}
+
+static int span_bench_units(unsigned handles)
+{
+    size_t gran = span_gpu_vmm_granularity();
+    span_gpu_buf_t vmm, dev;
+
+    if ((span_gpu_alloc(SPAN_GPU_VMM, handles * gran, handles, NULL, &vmm) !=
+         UCS_OK) ||
+        (span_gpu_alloc(SPAN_GPU_MALLOC, 64 << 20, 0, NULL, &dev) != UCS_OK)) {
+        fprintf(stderr, "allocation failed\n");
+        return 1;
+    }
+    span_bench_print_extent("VMM, whole", vmm.ptr, vmm.length);
+    span_bench_print_extent("VMM, interior", (char*)vmm.ptr + gran + 13,
+                            3 * gran);
+    span_bench_print_extent("cudaMalloc, interior", (char*)dev.ptr + 4109,
+                            1 << 20);
+    span_gpu_free(&vmm);
+    span_gpu_free(&dev);
+    return 0;
+}
+
+static uct_md_h span_bench_md_open(const char *component_name,
+                                   const char *md_name)
+{
+    uct_component_h *components;
+    uct_component_attr_t attr;
+    uct_md_config_t *config;
+    uct_md_h md = NULL;
+    unsigned i, count;
+
+    if (uct_query_components(&components, &count) != UCS_OK) {
+        return NULL;
+    }
+    for (i = 0; i < count; ++i) {
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+        if ((uct_component_query(components[i], &attr) != UCS_OK) ||
+            strcmp(attr.name, component_name) ||
+            (uct_md_config_read(components[i], NULL, NULL, &config) !=
+             UCS_OK)) {
+            continue;
+        }
+        uct_md_open(components[i], md_name, config, &md);
+        uct_config_release(config);
+    }
+    uct_release_component_list(components);
+    return md;
+}
+
+/* Seconds to register, pack and deregister count sub-buffers */
+static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
+                                 uct_mem_h *memh)
+{
+    uct_md_mem_reg_params_t reg = {.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE,
+                                   .mem_type   = UCS_MEMORY_TYPE_CUDA};
+    uct_md_mkey_pack_params_t pack   = {.field_mask = 0};
+    uct_md_mem_dereg_params_t dereg  = {.field_mask =
+                                            UCT_MD_MEM_DEREG_FIELD_MEMH};
+    uint8_t rkey[256];
+    double start = span_bench_now(), end;
+    unsigned i;
+
+    for (i = 0; i < count; ++i) {
+        char *buf = base + ((size_t)i * 8192) + 64;
+        if ((md->ops->mem_reg(md, buf, 4096, &reg, &memh[i]) != UCS_OK) ||
+            (md->ops->mkey_pack(md, memh[i], buf, 4096, &pack, rkey) !=
+             UCS_OK)) {
+            fprintf(stderr, "registration %u failed\n", i);
+            return -1;
+        }
+    }
+    end = span_bench_now();
+    for (i = 0; i < count; ++i) {
+        dereg.memh = memh[i];
+        md->ops->mem_dereg(md, &dereg);
+    }
+    return end - start;
+}
+
+static int span_bench_reg(unsigned count, int runs)
+{
+    uct_md_h native = span_bench_md_open("cuda_ipc", "cuda_ipc");
+    uct_md_h twin   = span_bench_md_open("span", "cuda_ipc+");
+    double t_native[SPAN_BENCH_MAX_RUNS], t_twin[SPAN_BENCH_MAX_RUNS];
+    uct_mem_h *memh = calloc(count, sizeof(*memh));
+    span_gpu_buf_t dev;
+    double mn, mt;
+    int r;
+
+    if ((native == NULL) || (twin == NULL) || (memh == NULL) ||
+        ((size_t)count * 8192 > (256u << 20)) ||
+        (span_gpu_alloc(SPAN_GPU_MALLOC, 256u << 20, 0, NULL, &dev) !=
+         UCS_OK)) {
+        fprintf(stderr, "cannot open cuda_ipc / cuda_ipc+ or allocate\n");
+        return 1;
+    }
+    for (r = 0; r < runs; ++r) { /* interleaved */
+        t_native[r] = span_bench_reg_run(native, dev.ptr, count, memh);
+        t_twin[r]   = span_bench_reg_run(twin, dev.ptr, count, memh);
+    }
+    mn = span_bench_median(t_native, runs) * 1e3;
+    mt = span_bench_median(t_twin, runs) * 1e3;
+    printf("| register + pack %u sub-buffers | %10.2f | %10.2f | %6.3f |\n",
+           count, mn, mt, mt / mn);
+    uct_md_close(native);
+    uct_md_close(twin);
+    span_gpu_free(&dev);
+    free(memh);
+    return 0;
+}
+
+/* GB/s of iters puts (or gets) of the whole registration, one flush each */
+static double span_bench_bw_run(span_pair_t *pair, span_pair_region_t *region,
+                                void *local, size_t len, int iters, int get)
+{
+    double start = span_bench_now();
+    int i;
+
+    for (i = 0; i < iters; ++i) {
+        ucs_status_t status = get ?
+                span_pair_get(pair, region, 0, local, len) :
+                span_pair_put(pair, region, 0, local, len);
+        if (status != UCS_OK) {
+            fprintf(stderr, "%s failed: %s\n", get ? "get" : "put",
+                    ucs_status_string(status));
+            return -1;
+        }
+    }
+    return (double)len * iters / (span_bench_now() - start) / 1e9;
+}
+
+static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,
+                         int iters, const char *tls)
+{
+    size_t len = mib << 20;
+    span_pair_region_t region;
+    span_gpu_buf_t local;
+    span_pair_t pair = {0};
+    char reason[256];
+    double put, get;
+
+    if (span_pair_start(&pair, SPAN_PAIR_FORK, tls, UCP_FEATURE_RMA) !=
+        UCS_OK) {
+        return 1;
+    }
+    pair.local_cuda = 1;
+    if (!span_gpu_init(reason, sizeof(reason)) ||
+        (span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local) != UCS_OK) ||
+        (span_pair_map_kind(&pair, kind, handles, len, 0, len, 1, &region) !=
+         UCS_OK)) {
+        fprintf(stderr, "setup failed: %s\n", reason);
+        span_pair_stop(&pair);
+        return 1;
+    }
+    span_bench_bw_run(&pair, &region, local.ptr, len, 2, 0); /* warm up */
+    put = span_bench_bw_run(&pair, &region, local.ptr, len, iters, 0);
+    get = span_bench_bw_run(&pair, &region, local.ptr, len, iters, 1);
+    printf("BW %s %u %zu %s put %.2f get %.2f\n", span_gpu_kind_names[kind],
+           handles, mib, tls, put, get);
+    span_pair_unmap(&pair, &region);
+    span_gpu_free(&local);
+    return span_pair_stop(&pair);
+}
+
+int main(int argc, char **argv)
+{
+    char reason[256];
+
+    if ((argc >= 3) && !strcmp(argv[1], "units")) {
+        if (!span_gpu_init(reason, sizeof(reason))) {
+            fprintf(stderr, "%s\n", reason);
+            return 77;
+        }
+        return span_bench_units(atoi(argv[2]));
+    }
+    if ((argc >= 4) && !strcmp(argv[1], "reg")) {
+        if (!span_gpu_init(reason, sizeof(reason))) {
+            fprintf(stderr, "%s\n", reason);
+            return 77;
+        }
+        return span_bench_reg(atoi(argv[2]), ucs_min(atoi(argv[3]),
+                                                      SPAN_BENCH_MAX_RUNS));
+    }
+    if ((argc >= 7) && !strcmp(argv[1], "bw")) {
+        return span_bench_bw(atoi(argv[2]), atoi(argv[3]), atol(argv[4]),
+                             atoi(argv[5]), argv[6]);
+    }
+    fprintf(stderr, "usage: %s units HANDLES | reg COUNT RUNS | "
+            "bw KIND HANDLES MIB ITERS TLS\n", argv[0]);
+    return 2;
+}

@@ -17,7 +17,7 @@ for mod in uct_cuda ucm_cuda uct_cma ucx_perftest_cuda; do
     cp -L "$ucx/lib/ucx/lib$mod.so.0" "$out/ucx/lib/ucx/"
 done
 cp "$ucx/bin/ucx_perftest" "$ucx/bin/ucx_info" "$out/ucx/bin/"
-cp "$ucx"/libucx_cu13.libs/libgomp-*.so* "$out/ucx/lib/" # ucx_perftest's
+cp "$ucx"/libucx_cu13.libs/*.so* "$out/ucx/lib/" # for ucx_perftest and its cuda module
 cp -L "$top/src/.libs/libuct_span.so.0" "$out/span/"
 for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"

@@ -7,10 +7,12 @@
 #  3. the resolver's view of a VMM range;
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
-# Usage: contrib/gpu_suite.sh [RUNS]
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 12345)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
+parts=${2:-12345}
+part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=$gpu/span UCX_WARN_UNUSED_ENV_VARS=n
@@ -20,6 +22,8 @@ native=cuda_copy,cuda_ipc,posix
 twin=cuda_copy,cuda_ipc+,posix
 
 echo "machine: $(nvidia-smi -L 2>/dev/null | head -1), $(nproc) cores"
+rc=0
+if part 1; then
 echo
 echo "## 1. GPU tests"
 "$gpu/bin/span_gpu_test" > /tmp/span_gpu_test.log 2>&1
@@ -29,7 +33,9 @@ echo '|---|---|---|---|---|---|---|'
 grep '^GPU|' /tmp/span_gpu_test.log | sed 's/^GPU|/|/; s/$/ |/'
 grep -E '^GPU suite|FAILED  \]' /tmp/span_gpu_test.log
 echo "span_gpu_test exit: $rc"
+fi
 
+part 2 && {
 echo
 echo "## 2. Protocols UCP selects for cudaMalloc memory (UCX_PROTO_INFO=y)"
 for tls in $native $twin; do
@@ -44,11 +50,15 @@ for tls in $native $twin; do
         wait
     done
 done
+}
 
+part 3 && {
 echo
 echo "## 3. Resolver"
 "$gpu/bin/span_bench_gpu" units 16
+}
 
+part 4 && {
 echo
 echo "## 4. ucx_perftest -m cuda, 256 MiB, MB/s, median of $runs"
 echo '| test | cuda_ipc | cuda_ipc+ | ratio |'
@@ -64,10 +74,13 @@ for test in ucp_put_bw ucp_get; do
     printf '| %s | %.1f | %.1f | %.3f |\n' $test "$mn" "$mt" \
            "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print t / n}')"
 done
+}
 
+part 5 && {
 echo
 echo "## 5. Registration of sub-buffers, ms, median of $runs"
 echo '| what | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|'
 "$gpu/bin/span_bench_gpu" reg 10000 "$runs"
+}
 exit $rc

@@ -137,15 +137,19 @@ TEST_F(cuda_resolver, mixed_unit_sizes_are_refused)
               span_cuda_resolve(&fake_ops, base, 10 * MiB, &ext));
 }
 
-TEST_F(cuda_resolver, hole_or_host_memory_is_refused)
+TEST_F(cuda_resolver, range_past_device_memory_stops_at_the_gap)
 {
     span_cuda_extent_t ext;
     uint64_t base = 0x7e0000000000ull;
 
     fake_space.push_back({base, 2 * MiB, 1});
     fake_space.push_back({base + 4 * MiB, 2 * MiB, 2}); /* hole before */
+    /* the units up to the hole: accesses past them are out of bounds */
+    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 6 * MiB, &ext));
+    EXPECT_EQ(1u, ext.num_units);
+    EXPECT_EQ(2 * MiB, ext.length);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-              span_cuda_resolve(&fake_ops, base, 6 * MiB, &ext));
+              span_cuda_resolve(&fake_ops, base + 2 * MiB, 4 * MiB, &ext));
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
               span_cuda_resolve(&fake_ops, 0x1000, 64, &ext));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,

@@ -44,8 +44,9 @@ static inline uint64_t span_cuda_identity_add(uint64_t identity, uint64_t id)
 /* The real driver, or NULL where libcuda cannot be loaded */
 const span_cuda_ops_t *span_cuda_driver(void);
 
-/* UCS_ERR_INVALID_ADDR where part of the range is not device memory,
- * UCS_ERR_UNSUPPORTED for units of mixed sizes */
+/* UCS_ERR_INVALID_ADDR where addr is not device memory, UCS_ERR_UNSUPPORTED
+ * for units of mixed sizes. A range that runs past the device memory at
+ * addr resolves to the units up to the gap. */
 ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
                                uint64_t length, span_cuda_extent_t *extent);
 

@@ -774,6 +774,35 @@ TEST_P(span_uct_chunked, too_many_chunks_are_refused_at_registration)
     munmap(va, len);
 }
 
+TEST_P(span_uct_chunked, spilled_keys_of_a_deregistered_region_are_refused)
+{
+    if (!strict()) {
+        GTEST_SKIP() << GetParam() << " has no inner keys to spill";
+    }
+    md_options_t options = md_options();
+    options.push_back({"SPAN_SPILL", "y"});
+    uct_md_h smd = open_md(component, GetParam(), options);
+    ASSERT_NE(nullptr, smd);
+    uct_md_attr_t attr;
+    ASSERT_EQ(UCS_OK, uct_md_query(smd, &attr));
+    std::vector<uint8_t> buf(size), packed(attr.rkey_packed_size);
+    uct_mem_h h;
+    ASSERT_EQ(UCS_OK, uct_md_mem_reg(smd, buf.data(), size,
+                                     UCT_MD_MEM_ACCESS_ALL, &h));
+    ASSERT_EQ(UCS_OK, uct_md_mkey_pack(smd, h, packed.data()));
+    uct_rkey_bundle_t b;
+    ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, packed.data(), &b));
+    EXPECT_EQ(UCS_OK, uct_rkey_release(component, &b));
+    ASSERT_EQ(UCS_OK, uct_md_mem_dereg(smd, h));
+    {
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_rkey_unpack(component, packed.data(), &b));
+        EXPECT_EQ(1u, logs.count("the region was deregistered"));
+    }
+    uct_md_close(smd);
+}
+
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_chunked,
                          ::testing::Values("self+", "cma+", "strict+"));
 

@@ -7,11 +7,12 @@
 #  3. the resolver's view of a VMM range;
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 12345)
+#  6. span-check with its GPU scenarios.
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-12345}
+parts=${2:-123456}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -34,6 +35,13 @@ grep '^GPU|' /tmp/span_gpu_test.log | sed 's/^GPU|/|/; s/$/ |/'
 grep -E '^GPU suite|FAILED  \]' /tmp/span_gpu_test.log
 echo "span_gpu_test exit: $rc"
 fi
+
+part 6 && {
+echo
+echo "## 6. span-check (CPU and GPU scenarios)"
+UCX_MODULE_DIR=$gpu/span "$gpu/bin/span-check" -s 64 -r 5 2>/dev/null |
+    grep -E '^\||no GPU'
+}
 
 part 2 && {
 echo

@@ -4,6 +4,7 @@
  * would check: did the transfer succeed, did every byte land where it
  * should (and nowhere else), how fast was it.
  */
+#include "span_gpu.h"
 #include "span_pair.h"
 
 #include <errno.h>
@@ -13,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SPAN_CHECK_MAX_PAIRS 8
-#define SPAN_CHECK_MAX_ROWS  (2 * SPAN_CHECK_MAX_PAIRS * 8)
+#define SPAN_CHECK_MAX_ROWS  (2 * (SPAN_CHECK_MAX_PAIRS + 1) * 8)
 #define SPAN_CHECK_MAX_REPS  101
 #define SPAN_CHECK_PAGE      4096ul
 #define SPAN_CHECK_SEED_OLD  11 /* what the target holds before */
@@ -32,6 +34,8 @@ typedef struct {
     unsigned         reps;
     span_check_tls_t tls[SPAN_CHECK_MAX_PAIRS];
     unsigned         num_tls;
+    span_check_tls_t gpu_tls;  /* device memory scenarios, with a GPU */
+    int              gpu;      /* a GPU is present */
 } span_check_opts_t;
 
 typedef struct {
@@ -43,13 +47,17 @@ typedef struct {
     double       get_gbps;
 } span_check_result_t;
 
-typedef struct {
-    const char *name;
-    void        (*run)(span_pair_t *pair, const span_check_opts_t *opts,
-                       span_check_result_t *result);
-    int         out_of_bounds; /* success is the error */
-    int         chunked;       /* twins cut registrations and ops */
-} span_check_scenario_t;
+typedef struct span_check_scenario span_check_scenario_t;
+struct span_check_scenario {
+    const char      *name;
+    void            (*run)(span_pair_t *pair, const span_check_opts_t *opts,
+                           const span_check_scenario_t *scenario,
+                           span_check_result_t *result);
+    int             out_of_bounds; /* success is the error */
+    int             chunked;       /* twins cut registrations and ops */
+    span_gpu_kind_t kind;          /* of both processes' buffers */
+    unsigned        handles;       /* SPAN_GPU_VMM */
+};
 
 static double span_check_now(void)
 {
@@ -74,12 +82,55 @@ static double span_check_median(double *v, unsigned n)
 
 /* Puts buf to [offset, + length) reps times, then gets it back reps times;
  * the target is checked after the puts, the local copy after the gets. */
+/* The initiator's buffers: host memory, or device memory of the kind
+ * (with the host copies src and dst that are filled and compared) */
+typedef struct {
+    span_gpu_buf_t dev_src;
+    span_gpu_buf_t dev_dst;
+    void           *src;  /* what put sends */
+    void           *dst;  /* what get fills */
+} span_check_local_t;
+
+static ucs_status_t span_check_local_alloc(span_check_local_t *local,
+                                           span_gpu_kind_t kind, void *src,
+                                           void *dst, size_t length)
+{
+    local->src = src;
+    local->dst = dst;
+    if (kind == SPAN_GPU_HOST) {
+        return UCS_OK;
+    }
+    if (span_gpu_alloc(SPAN_GPU_MALLOC, length, 0, NULL, &local->dev_src) !=
+        UCS_OK) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    if (span_gpu_alloc(SPAN_GPU_MALLOC, length, 0, NULL, &local->dev_dst) !=
+        UCS_OK) {
+        span_gpu_free(&local->dev_src);
+        return UCS_ERR_NO_MEMORY;
+    }
+    local->src = local->dev_src.ptr;
+    local->dst = local->dev_dst.ptr;
+    return span_gpu_copy(local->src, src, length);
+}
+
+static void span_check_local_free(span_check_local_t *local,
+                                  span_gpu_kind_t kind)
+{
+    if (kind != SPAN_GPU_HOST) {
+        span_gpu_free(&local->dev_dst);
+        span_gpu_free(&local->dev_src);
+    }
+}
+
 static void span_check_transfer(span_pair_t *pair, span_pair_region_t *region,
                                 size_t offset, size_t length, unsigned reps,
+                                span_gpu_kind_t kind,
                                 span_check_result_t *result)
 {
     double put_gbps[SPAN_CHECK_MAX_REPS], get_gbps[SPAN_CHECK_MAX_REPS];
     uint8_t *src = malloc(length), *dst = malloc(length);
+    span_check_local_t local;
     size_t wrong;
     unsigned i;
     double t;
@@ -90,12 +141,16 @@ static void span_check_transfer(span_pair_t *pair, span_pair_region_t *region,
         goto out;
     }
     span_pair_fill(src, length, SPAN_CHECK_SEED_NEW, offset);
+    if (span_check_local_alloc(&local, kind, src, dst, length) != UCS_OK) {
+        goto out;
+    }
     for (i = 0; i < reps; ++i) {
         t = span_check_now();
-        result->put_status = span_pair_put(pair, region, offset, src, length);
+        result->put_status = span_pair_put(pair, region, offset, local.src,
+                                           length);
         put_gbps[i] = length / (span_check_now() - t) / 1e9;
         if (result->put_status != UCS_OK) {
-            goto out;
+            goto out_local;
         }
     }
     result->put_gbps = span_check_median(put_gbps, reps);
@@ -112,23 +167,32 @@ static void span_check_transfer(span_pair_t *pair, span_pair_region_t *region,
 
     for (i = 0; i < reps; ++i) {
         memset(dst, 0, length);
+        span_gpu_copy(local.dst, dst, (kind == SPAN_GPU_HOST) ? 0 : length);
         t = span_check_now();
-        result->get_status = span_pair_get(pair, region, offset, dst, length);
+        result->get_status = span_pair_get(pair, region, offset, local.dst,
+                                           length);
         get_gbps[i] = length / (span_check_now() - t) / 1e9;
         if (result->get_status != UCS_OK) {
-            goto out;
+            goto out_local;
         }
     }
     result->get_gbps  = span_check_median(get_gbps, reps);
     result->verified += length;
+    if ((kind != SPAN_GPU_HOST) &&
+        (span_gpu_copy(dst, local.dst, length) != UCS_OK)) {
+        memset(dst, 0, length); /* counted wrong */
+    }
     result->wrong    += span_pair_mismatches(dst, length, SPAN_CHECK_SEED_NEW,
                                              offset);
+out_local:
+    span_check_local_free(&local, kind);
 out:
     free(dst);
     free(src);
 }
 
 static void span_check_map_and_transfer(span_pair_t *pair,
+                                        const span_check_scenario_t *scenario,
                                         size_t alloc_length, size_t reg_offset,
                                         size_t reg_length, size_t offset,
                                         size_t length, unsigned reps,
@@ -136,21 +200,24 @@ static void span_check_map_and_transfer(span_pair_t *pair,
 {
     span_pair_region_t region;
 
-    result->put_status = span_pair_map(pair, alloc_length, reg_offset,
-                                       reg_length, SPAN_CHECK_SEED_OLD,
-                                       &region);
+    result->put_status = span_pair_map_kind(pair, scenario->kind,
+                                            scenario->handles, alloc_length,
+                                            reg_offset, reg_length,
+                                            SPAN_CHECK_SEED_OLD, &region);
     result->get_status = result->put_status;
     if (result->put_status != UCS_OK) {
         return;
     }
-    span_check_transfer(pair, &region, offset, length, reps, result);
+    span_check_transfer(pair, &region, offset, length, reps, scenario->kind,
+                        result);
     span_pair_unmap(pair, &region);
 }
 
 static void span_check_whole(span_pair_t *pair, const span_check_opts_t *opts,
+                             const span_check_scenario_t *scenario,
                              span_check_result_t *result)
 {
-    span_check_map_and_transfer(pair, opts->size, 0, opts->size, 0,
+    span_check_map_and_transfer(pair, scenario, opts->size, 0, opts->size, 0,
                                 opts->size, opts->reps, result);
 }
 
@@ -158,12 +225,14 @@ static void span_check_whole(span_pair_t *pair, const span_check_opts_t *opts,
  * at an odd offset inside that, so an offset dropped anywhere shows */
 static void span_check_interior(span_pair_t *pair,
                                 const span_check_opts_t *opts,
+                                const span_check_scenario_t *scenario,
                                 span_check_result_t *result)
 {
     size_t reg_offset = (1ul << 20) + SPAN_CHECK_PAGE;
     size_t offset     = reg_offset + 13;
 
-    span_check_map_and_transfer(pair, opts->size + (2ul << 20), reg_offset,
+    span_check_map_and_transfer(pair, scenario, opts->size + (2ul << 20),
+                                reg_offset,
                                 opts->size, offset, opts->size - 26,
                                 opts->reps, result);
 }
@@ -173,6 +242,7 @@ static void span_check_interior(span_pair_t *pair,
  * hold exactly what it held before */
 static void span_check_out_of_bounds(span_pair_t *pair,
                                      const span_check_opts_t *opts,
+                                     const span_check_scenario_t *scenario,
                                      span_check_result_t *result)
 {
     size_t alloc_length = 6 * SPAN_CHECK_PAGE;
@@ -204,6 +274,13 @@ static const span_check_scenario_t span_check_scenarios[] = {
     {"out of bounds",      span_check_out_of_bounds, 1, 0},
     {"chunked",            span_check_whole,         0, 1},
     {"chunked interior",   span_check_interior,      0, 1}
+};
+
+/* With a GPU: device memory on both sides, over the GPU transports */
+static const span_check_scenario_t span_check_gpu_scenarios[] = {
+    {"gpu cudaMalloc",     span_check_whole,    0, 0, SPAN_GPU_MALLOC},
+    {"gpu sub-buffer",     span_check_interior, 0, 0, SPAN_GPU_MALLOC},
+    {"gpu VMM 16 handles", span_check_whole,    0, 0, SPAN_GPU_VMM, 16}
 };
 
 /* A chunked scenario makes twins register the buffer as 8 chunks in 2 hard
@@ -292,7 +369,7 @@ static void span_check_print_row(const span_check_row_t *row)
              result->verified - result->wrong, result->verified);
     span_check_gbps(put, sizeof(put), result->put_gbps);
     span_check_gbps(get, sizeof(get), result->get_gbps);
-    printf("| %-18s | %-14s | %-34s | %-21s | %8s | %8s | %-18s |\n",
+    printf("| %-18s | %-26s | %-34s | %-21s | %8s | %8s | %-18s |\n",
            row->scenario->name, row->tls, status, verified, put, get,
            row->verdict);
 }
@@ -301,11 +378,11 @@ static void span_check_print_table(void)
 {
     unsigned i;
 
-    printf("| %-18s | %-14s | %-34s | %-21s | %8s | %8s | %-18s |\n",
+    printf("| %-18s | %-26s | %-34s | %-21s | %8s | %8s | %-18s |\n",
            "scenario", "UCX_TLS", "status (put / get)", "bytes as expected",
            "put GB/s", "get GB/s", "verdict");
     printf("|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------",
-           "----------------", "------------------------------------",
+           "----------------------------", "------------------------------------",
            "-----------------------", "----------", "----------",
            "--------------------");
     for (i = 0; i < span_check_num_rows; ++i) {
@@ -313,30 +390,88 @@ static void span_check_print_table(void)
     }
 }
 
+/* Both processes of a scenario; 1 when the target did not exit cleanly */
+static int span_check_pair_run(const span_check_opts_t *opts,
+                               const span_check_scenario_t *scenario,
+                               const char *tls, span_check_result_t *result)
+{
+    char reason[256];
+    span_pair_t pair;
+    int unclean;
+
+    result->put_status = span_pair_start(&pair, SPAN_PAIR_FORK, tls,
+                                         UCP_FEATURE_RMA);
+    result->get_status = UCS_INPROGRESS;
+    if (result->put_status != UCS_OK) {
+        return 0;
+    }
+    pair.local_cuda = (scenario->kind != SPAN_GPU_HOST);
+    if (pair.local_cuda && !span_gpu_init(reason, sizeof(reason))) {
+        fprintf(stderr, "span-check: %s\n", reason);
+        result->put_status = UCS_ERR_NO_DEVICE;
+    } else {
+        scenario->run(&pair, opts, scenario, result);
+    }
+    unclean = (span_pair_stop(&pair) != 0) &&
+              (result->put_status != UCS_ERR_IO_ERROR);
+    if (unclean) {
+        fprintf(stderr, "span-check: the target over UCX_TLS=%s did not "
+                "exit cleanly\n", tls);
+    }
+    return unclean;
+}
+
+/* CUDA does not survive fork, and UCP's init touches it where UCX has its
+ * CUDA modules: every scenario runs in a child of its own (which forks the
+ * target in turn), so that this process never touches CUDA and the next
+ * scenario's processes can */
+static int span_check_pair_run_apart(const span_check_opts_t *opts,
+                                     const span_check_scenario_t *scenario,
+                                     const char *tls,
+                                     span_check_result_t *result)
+{
+    struct {
+        span_check_result_t result;
+        int                 unclean;
+    } out = {.unclean = 1};
+    int fds[2], status;
+    pid_t pid;
+
+    result->put_status = UCS_ERR_IO_ERROR;
+    result->get_status = UCS_INPROGRESS;
+    if (pipe(fds) != 0) {
+        return 1;
+    }
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        out.unclean = span_check_pair_run(opts, scenario, tls, &out.result);
+        _exit(write(fds[1], &out, sizeof(out)) == sizeof(out) ? 0 : 1);
+    }
+    close(fds[1]);
+    if ((pid > 0) && (read(fds[0], &out, sizeof(out)) == sizeof(out))) {
+        *result = out.result;
+    }
+    close(fds[0]);
+    if (pid > 0) {
+        waitpid(pid, &status, 0);
+    }
+    return out.unclean;
+}
+
 static int span_check_run_scenario(const span_check_opts_t *opts,
                                    const span_check_scenario_t *scenario,
                                    const char *tls, int twin)
 {
     span_check_row_t *row = &span_check_rows[span_check_num_rows++];
-    span_pair_t pair;
     int failed = 0;
 
     row->scenario = scenario;
     row->tls      = tls;
     span_check_chunking(opts, scenario->chunked);
-    row->result.put_status = span_pair_start(&pair, SPAN_PAIR_FORK, tls,
-                                             UCP_FEATURE_RMA);
-    row->result.get_status = UCS_INPROGRESS;
-    if (row->result.put_status == UCS_OK) {
-        scenario->run(&pair, opts, &row->result);
-    }
+    failed = span_check_pair_run_apart(opts, scenario, tls, &row->result);
     row->verdict = span_check_verdict(scenario, &row->result, twin, &failed);
-    if ((span_pair_stop(&pair) != 0) &&
-        (row->result.put_status != UCS_ERR_IO_ERROR)) {
-        fprintf(stderr, "span-check: the target over UCX_TLS=%s did not "
-                "exit cleanly\n", tls);
-        failed = 1;
-    }
     span_check_chunking(opts, 0);
     return failed;
 }
@@ -344,15 +479,14 @@ static int span_check_run_scenario(const span_check_opts_t *opts,
 /* Each scenario gets fresh processes: a failed transfer leaves nothing
  * behind for the next, and chunking is configured before UCX opens */
 static int span_check_run_tls(const span_check_opts_t *opts, const char *tls,
-                              int twin)
+                              int twin, const span_check_scenario_t *scenarios,
+                              size_t count)
 {
     int failed = 0;
     size_t i;
 
-    for (i = 0; i < sizeof(span_check_scenarios) /
-                    sizeof(span_check_scenarios[0]); ++i) {
-        failed |= span_check_run_scenario(opts, &span_check_scenarios[i], tls,
-                                          twin);
+    for (i = 0; i < count; ++i) {
+        failed |= span_check_run_scenario(opts, &scenarios[i], tls, twin);
     }
     return failed;
 }
@@ -389,12 +523,15 @@ static void span_check_set_module_dir(char **argv)
 static void span_check_usage(void)
 {
     printf("Usage: span-check [-s SIZE_MiB] [-r REPS] [-t NATIVE_TLS:TWIN_TLS]"
-           "...\n"
+           "... [-g NATIVE_TLS:TWIN_TLS]\n"
            "  -s  buffer size in MiB (default 64)\n"
            "  -r  repetitions per transfer, the median is shown (default 5,"
            " at most %d)\n"
            "  -t  a UCX_TLS pair to compare (default posix,cma:posix,cma+);"
            " repeatable\n"
+           "  -g  the UCX_TLS pair of the GPU scenarios, run when a GPU is\n"
+           "      present (default cuda_copy,cuda_ipc,posix:"
+           "cuda_copy,cuda_ipc+,posix; none: skip them)\n"
            "Exit status: 0 when every twin row is correct.\n",
            SPAN_CHECK_MAX_REPS);
 }
@@ -404,10 +541,21 @@ static int span_check_parse(int argc, char **argv, span_check_opts_t *opts)
     char *colon;
     int c;
 
-    opts->size = 64ul << 20;
-    opts->reps = 5;
-    while ((c = getopt(argc, argv, "s:r:t:h")) != -1) {
+    opts->size           = 64ul << 20;
+    opts->reps           = 5;
+    opts->gpu_tls.native = "cuda_copy,cuda_ipc,posix";
+    opts->gpu_tls.twin   = "cuda_copy,cuda_ipc+,posix";
+    while ((c = getopt(argc, argv, "s:r:t:g:h")) != -1) {
         switch (c) {
+        case 'g':
+            colon = strchr(optarg, ':');
+            opts->gpu_tls.native = optarg;
+            opts->gpu_tls.twin   = NULL; /* none */
+            if (colon != NULL) {
+                *colon             = '\0';
+                opts->gpu_tls.twin = colon + 1;
+            }
+            break;
         case 's':
             opts->size = strtoul(optarg, NULL, 0) << 20;
             break;
@@ -448,16 +596,36 @@ int main(int argc, char **argv)
     int failed             = 0;
     unsigned i;
 
+    size_t num_cpu = ucs_static_array_size(span_check_scenarios);
+    size_t num_gpu = ucs_static_array_size(span_check_gpu_scenarios);
+    char reason[256];
+
     span_check_set_module_dir(argv);
     if (span_check_parse(argc, argv, &opts) != 0) {
         return 2;
     }
+    opts.gpu = (opts.gpu_tls.twin != NULL) &&
+               span_gpu_probe(reason, sizeof(reason));
     printf("span-check: %zu MiB, median of %u, two processes, "
            "UCX_MODULE_DIR=%s\n", opts.size >> 20, opts.reps,
            getenv("UCX_MODULE_DIR"));
+    if (!opts.gpu && (opts.gpu_tls.twin != NULL)) {
+        printf("span-check: no GPU scenarios: %s\n", reason);
+    }
     for (i = 0; i < opts.num_tls; ++i) {
-        failed |= span_check_run_tls(&opts, opts.tls[i].native, 0);
-        failed |= span_check_run_tls(&opts, opts.tls[i].twin, 1);
+        failed |= span_check_run_tls(&opts, opts.tls[i].native, 0,
+                                     span_check_scenarios, num_cpu);
+        failed |= span_check_run_tls(&opts, opts.tls[i].twin, 1,
+                                     span_check_scenarios, num_cpu);
+    }
+    if (opts.gpu) {
+        /* UCM's memtype cache misses allocations made through driver
+         * calls looked up by dlsym, as span_gpu makes them */
+        setenv("UCX_MEMTYPE_CACHE", "n", 0);
+        failed |= span_check_run_tls(&opts, opts.gpu_tls.native, 0,
+                                     span_check_gpu_scenarios, num_gpu);
+        failed |= span_check_run_tls(&opts, opts.gpu_tls.twin, 1,
+                                     span_check_gpu_scenarios, num_gpu);
     }
     printf("\n");
     span_check_print_table();

@@ -10,6 +10,7 @@
  * which points UCX_MODULE_DIR at span beside the strict test transport.
  */
 #include "tools/span_pair.h"
+#include "tools/span_stats.h"
 
 #include <uct/api/uct.h>
 #include <ucs/sys/math.h>
@@ -21,27 +22,6 @@
 
 #define SPAN_BENCH_MAX_RUNS 51
 #define SPAN_BENCH_UNIT     (64ul << 20)
-
-static double span_bench_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + (ts.tv_nsec * 1e-9);
-}
-
-static int span_bench_cmp(const void *a, const void *b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-
-    return (x > y) - (x < y);
-}
-
-static double span_bench_median(double *v, unsigned n)
-{
-    qsort(v, n, sizeof(*v), span_bench_cmp);
-    return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static uct_md_h span_bench_md(const char *max_chunk)
 {
@@ -81,7 +61,7 @@ static uct_md_h span_bench_md(const char *max_chunk)
 /* Seconds to register and deregister [buf, buf + length) once */
 static double span_bench_reg_once(uct_md_h md, void *buf, size_t length)
 {
-    double t = span_bench_now();
+    double t = span_stats_now();
     uct_mem_h memh;
 
     if (uct_md_mem_reg(md, buf, length, UCT_MD_MEM_ACCESS_ALL, &memh) !=
@@ -89,7 +69,7 @@ static double span_bench_reg_once(uct_md_h md, void *buf, size_t length)
         return -1;
     }
     uct_md_mem_dereg(md, memh);
-    return span_bench_now() - t;
+    return span_stats_now() - t;
 }
 
 static int span_bench_registration(size_t length, unsigned runs)
@@ -114,8 +94,8 @@ static int span_bench_registration(size_t length, unsigned runs)
             return 1;
         }
     }
-    m1 = span_bench_median(one, runs);
-    mc = span_bench_median(chunked, runs);
+    m1 = span_stats_median(one, runs);
+    mc = span_stats_median(chunked, runs);
     printf("Registration + deregistration of %zu GiB through strict+ "
            "(pinned), median of %u\n\n", length >> 30, runs);
     printf("| %-34s | %10s | %6s |\n", "registered as", "ms", "ratio");
@@ -138,20 +118,20 @@ static int span_bench_rma(span_pair_t *pair, span_pair_region_t *region,
     unsigned i;
     double t;
 
-    t = span_bench_now();
+    t = span_stats_now();
     for (i = 0; i < ops; ++i) {
         if (span_pair_put(pair, region, offset, buf, length) != UCS_OK) {
             return 1;
         }
     }
-    *put_gbps = (double)ops * length / (span_bench_now() - t) / 1e9;
-    t = span_bench_now();
+    *put_gbps = (double)ops * length / (span_stats_now() - t) / 1e9;
+    t = span_stats_now();
     for (i = 0; i < ops; ++i) {
         if (span_pair_get(pair, region, offset, buf, length) != UCS_OK) {
             return 1;
         }
     }
-    *get_gbps = (double)ops * length / (span_bench_now() - t) / 1e9;
+    *get_gbps = (double)ops * length / (span_stats_now() - t) / 1e9;
     return 0;
 }
 
@@ -186,8 +166,8 @@ static int span_bench_size(span_pair_t *pair, span_pair_region_t *region,
             fprintf(stderr, "wrong bytes at offset %zu\n", offset[k]);
             goto out;
         }
-        m[k]     = span_bench_median(p[k], runs);
-        m[k + 2] = span_bench_median(g[k], runs);
+        m[k]     = span_stats_median(p[k], runs);
+        m[k + 2] = span_stats_median(g[k], runs);
     }
     printf("| %4zu MiB | %9.2f | %9.2f | %9.3f | %9.2f | %9.2f | %9.3f |\n",
            length >> 20, m[0], m[1], m[1] / m[0], m[2], m[3], m[3] / m[2]);

@@ -12,6 +12,7 @@
  */
 #include "tools/span_gpu.h"
 #include "tools/span_pair.h"
+#include "tools/span_stats.h"
 #include "resolvers/span_cuda.h"
 
 #include "ucx/span_ucx.h" /* the v2 MD calls, not installed */
@@ -24,27 +25,6 @@
 #include <time.h>
 
 #define SPAN_BENCH_MAX_RUNS 99
-
-static double span_bench_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + (ts.tv_nsec * 1e-9);
-}
-
-static int span_bench_cmp(const void *a, const void *b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-
-    return (x > y) - (x < y);
-}
-
-static double span_bench_median(double *v, int n)
-{
-    qsort(v, n, sizeof(*v), span_bench_cmp);
-    return v[n / 2];
-}
 
 static void span_bench_print_extent(const char *what, void *ptr, size_t len)
 {
@@ -121,7 +101,7 @@ static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
     uct_md_mem_dereg_params_t dereg  = {.field_mask =
                                             UCT_MD_MEM_DEREG_FIELD_MEMH};
     uint8_t rkey[256];
-    double start = span_bench_now(), end;
+    double start = span_stats_now(), end;
     unsigned i;
 
     for (i = 0; i < count; ++i) {
@@ -133,7 +113,7 @@ static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
             return -1;
         }
     }
-    end = span_bench_now();
+    end = span_stats_now();
     for (i = 0; i < count; ++i) {
         dereg.memh = memh[i];
         md->ops->mem_dereg(md, &dereg);
@@ -162,8 +142,8 @@ static int span_bench_reg(unsigned count, int runs)
         t_native[r] = span_bench_reg_run(native, dev.ptr, count, memh);
         t_twin[r]   = span_bench_reg_run(twin, dev.ptr, count, memh);
     }
-    mn = span_bench_median(t_native, runs) * 1e3;
-    mt = span_bench_median(t_twin, runs) * 1e3;
+    mn = span_stats_median(t_native, runs) * 1e3;
+    mt = span_stats_median(t_twin, runs) * 1e3;
     printf("| register + pack %u sub-buffers | %10.2f | %10.2f | %6.3f |\n",
            count, mn, mt, mt / mn);
     uct_md_close(native);
@@ -177,7 +157,7 @@ static int span_bench_reg(unsigned count, int runs)
 static double span_bench_bw_run(span_pair_t *pair, span_pair_region_t *region,
                                 void *local, size_t len, int iters, int get)
 {
-    double start = span_bench_now();
+    double start = span_stats_now();
     int i;
 
     for (i = 0; i < iters; ++i) {
@@ -190,7 +170,7 @@ static double span_bench_bw_run(span_pair_t *pair, span_pair_region_t *region,
             return -1;
         }
     }
-    return (double)len * iters / (span_bench_now() - start) / 1e9;
+    return (double)len * iters / (span_stats_now() - start) / 1e9;
 }
 
 static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,

@@ -6,6 +6,7 @@
  */
 #include "span_gpu.h"
 #include "span_pair.h"
+#include "span_stats.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -58,27 +59,6 @@ struct span_check_scenario {
     span_gpu_kind_t kind;          /* of both processes' buffers */
     unsigned        handles;       /* SPAN_GPU_VMM */
 };
-
-static double span_check_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + (ts.tv_nsec * 1e-9);
-}
-
-static int span_check_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double*)a, y = *(const double*)b;
-
-    return (x > y) - (x < y);
-}
-
-static double span_check_median(double *v, unsigned n)
-{
-    qsort(v, n, sizeof(*v), span_check_cmp_double);
-    return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Puts buf to [offset, + length) reps times, then gets it back reps times;
  * the target is checked after the puts, the local copy after the gets. */
@@ -145,15 +125,15 @@ static void span_check_transfer(span_pair_t *pair, span_pair_region_t *region,
         goto out;
     }
     for (i = 0; i < reps; ++i) {
-        t = span_check_now();
+        t = span_stats_now();
         result->put_status = span_pair_put(pair, region, offset, local.src,
                                            length);
-        put_gbps[i] = length / (span_check_now() - t) / 1e9;
+        put_gbps[i] = length / (span_stats_now() - t) / 1e9;
         if (result->put_status != UCS_OK) {
             goto out_local;
         }
     }
-    result->put_gbps = span_check_median(put_gbps, reps);
+    result->put_gbps = span_stats_median(put_gbps, reps);
 
     /* Everything the allocation holds is checked: the new bytes inside the
      * range and the old ones around it */
@@ -168,15 +148,15 @@ static void span_check_transfer(span_pair_t *pair, span_pair_region_t *region,
     for (i = 0; i < reps; ++i) {
         memset(dst, 0, length);
         span_gpu_copy(local.dst, dst, (kind == SPAN_GPU_HOST) ? 0 : length);
-        t = span_check_now();
+        t = span_stats_now();
         result->get_status = span_pair_get(pair, region, offset, local.dst,
                                            length);
-        get_gbps[i] = length / (span_check_now() - t) / 1e9;
+        get_gbps[i] = length / (span_stats_now() - t) / 1e9;
         if (result->get_status != UCS_OK) {
             goto out_local;
         }
     }
-    result->get_gbps  = span_check_median(get_gbps, reps);
+    result->get_gbps  = span_stats_median(get_gbps, reps);
     result->verified += length;
     if ((kind != SPAN_GPU_HOST) &&
         (span_gpu_copy(dst, local.dst, length) != UCS_OK)) {

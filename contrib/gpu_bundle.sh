@@ -22,6 +22,11 @@ cp -L "$top/src/.libs/libuct_span.so.0" "$out/span/"
 for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
 done
+# the resolver alone, for contrib/span_torch_check.py
+gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src" -I"$ucx/include" \
+    $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \
+    "$top/contrib/span_resolve_shim.c" "$top/src/resolvers/span_cuda.c" \
+    -L"$ucx/lib" -lucs -ldl -o "$out/bin/libspan_resolve.so"
 strip --strip-unneeded "$out"/ucx/lib/*.so.0 "$out"/ucx/lib/ucx/*.so.0 \
     "$out"/span/*.so.0 "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true
 du -sh "$out"

@@ -7,12 +7,13 @@
 #  3. the resolver's view of a VMM range;
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
-#  6. span-check with its GPU scenarios.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456)
+#  6. span-check with its GPU scenarios;
+#  7. a PyTorch expandable_segments tensor through the resolver.
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234567)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-123456}
+parts=${2:-1234567}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -29,12 +30,24 @@ echo
 echo "## 1. GPU tests"
 "$gpu/bin/span_gpu_test" > /tmp/span_gpu_test.log 2>&1
 rc=$?
-echo '| case | transport | test | ops right | bytes wrong | ops failed | RMA lane |'
-echo '|---|---|---|---|---|---|---|'
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    echo "(and again with the target on GPU 1)"
+    SPAN_PAIR_TARGET_GPU=1 "$gpu/bin/span_gpu_test" >> /tmp/span_gpu_test.log 2>&1
+    rc=$((rc | $?))
+fi
+echo '| case | transport | test | GPUs | ops right | bytes wrong | ops failed | RMA lane |'
+echo '|---|---|---|---|---|---|---|---|'
 grep '^GPU|' /tmp/span_gpu_test.log | sed 's/^GPU|/|/; s/$/ |/'
 grep -E '^GPU suite|FAILED  \]' /tmp/span_gpu_test.log
 echo "span_gpu_test exit: $rc"
 fi
+
+part 7 && {
+echo
+echo "## 7. A PyTorch expandable_segments tensor, as the resolver sees it"
+python3 "$top/contrib/span_torch_check.py" "$gpu/bin/libspan_resolve.so" 2>&1 |
+    grep -v Warning
+}
 
 part 6 && {
 echo

@@ -148,9 +148,11 @@ protected:
     {
         char info[65536];
         span_pair_ep_info(&m_pair, info, sizeof(info));
-        printf("GPU| %-16s | %-9s | %-8s | %zu/%zu ops right | %zu bytes "
-               "wrong | %zu ops failed | rma over cuda_ipc%s: %s\n",
-               gcase().name, twin() ? "cuda_ipc+" : "cuda_ipc", what, done,
+        const char *target_gpu = getenv("SPAN_PAIR_TARGET_GPU");
+        printf("GPU| %-16s | %-9s | %-8s | GPU 0->%s | %zu/%zu ops right | "
+               "%zu bytes wrong | %zu ops failed | rma over cuda_ipc%s: %s\n",
+               gcase().name, twin() ? "cuda_ipc+" : "cuda_ipc", what,
+               target_gpu ? target_gpu : "0", done,
                total, wrong, failed, twin() ? "+" : "",
                strstr(info, twin() ? "cuda_ipc+/" : "cuda_ipc/") ? "yes" :
                                                                      "no");

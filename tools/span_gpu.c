@@ -119,8 +119,8 @@ static int span_gpu_load(char *reason, size_t size)
 
 int span_gpu_init(char *reason, size_t size)
 {
+    int count = 0, ordinal;
     CUcontext ctx;
-    int count = 0;
 
     if (span_gpu_ready) {
         return 1;
@@ -135,11 +135,19 @@ int span_gpu_init(char *reason, size_t size)
                  "failed, %d devices)", count);
         return 0;
     }
-    if ((span_gpu_fn.cuDeviceGet(&span_gpu_dev, 0) != CUDA_SUCCESS) ||
+    ordinal = (getenv("SPAN_GPU_DEVICE") != NULL) ?
+              atoi(getenv("SPAN_GPU_DEVICE")) : 0;
+    if (ordinal >= count) {
+        snprintf(reason, size, "SPAN_GPU_DEVICE=%d: only %d devices",
+                 ordinal, count);
+        return 0;
+    }
+    if ((span_gpu_fn.cuDeviceGet(&span_gpu_dev, ordinal) != CUDA_SUCCESS) ||
         (span_gpu_fn.cuDevicePrimaryCtxRetain(&ctx, span_gpu_dev) !=
          CUDA_SUCCESS) ||
         (span_gpu_fn.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)) {
-        snprintf(reason, size, "cannot make device 0's context current");
+        snprintf(reason, size, "cannot make device %d's context current",
+                 ordinal);
         return 0;
     }
     span_gpu_ready = 1;

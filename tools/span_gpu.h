@@ -35,7 +35,7 @@ typedef struct {
 extern const char *span_gpu_kind_names[];
 
 /* Whether a CUDA device can be used; a reason when not. Initializes CUDA
- * in this process. */
+ * in this process, on device $SPAN_GPU_DEVICE (default 0). */
 int span_gpu_init(char *reason, size_t size);
 
 /* Whether a CUDA device can be used, asked in a child process, so that the

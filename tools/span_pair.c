@@ -259,6 +259,10 @@ static ucs_status_t span_pair_target_alloc(span_pair_target_region_t *region,
     if (kind >= SPAN_GPU_KIND_LAST) {
         return UCS_ERR_INVALID_PARAM;
     }
+    if ((kind != SPAN_GPU_HOST) && (getenv("SPAN_PAIR_TARGET_GPU") != NULL)) {
+        /* the target's device, where it differs from the initiator's */
+        setenv("SPAN_GPU_DEVICE", getenv("SPAN_PAIR_TARGET_GPU"), 1);
+    }
     if ((kind != SPAN_GPU_HOST) && !span_gpu_init(reason, sizeof(reason))) {
         fprintf(stderr, "span_pair target: %s\n", reason);
         return UCS_ERR_NO_DEVICE;

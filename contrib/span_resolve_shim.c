@@ -1,0 +1,27 @@
+/*
+ * The CUDA resolver as a plain C call, for contrib/span_torch_check.py
+ * (ctypes): how span sees a real PyTorch tensor.
+ */
+#include "resolvers/span_cuda.h"
+
+#include <stddef.h>
+
+/* out: base, length, unit size, number of units */
+int span_resolve(uint64_t addr, uint64_t length, uint64_t out[4])
+{
+    const span_cuda_ops_t *ops = span_cuda_driver();
+    span_cuda_extent_t ext;
+    ucs_status_t status;
+
+    if (ops == NULL) {
+        return UCS_ERR_NO_DEVICE;
+    }
+    status = span_cuda_resolve(ops, addr, length, &ext);
+    if (status == UCS_OK) {
+        out[0] = ext.base;
+        out[1] = ext.length;
+        out[2] = ext.unit_size;
+        out[3] = ext.num_units;
+    }
+    return status;
+}

@@ -8,12 +8,13 @@
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
 #  6. span-check with its GPU scenarios;
-#  7. a PyTorch expandable_segments tensor through the resolver.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234567)
+#  7. a PyTorch expandable_segments tensor through the resolver;
+#  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native).
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 12345678)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-1234567}
+parts=${2:-12345678}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -54,6 +55,25 @@ echo
 echo "## 6. span-check (CPU and GPU scenarios)"
 UCX_MODULE_DIR=$gpu/span "$gpu/bin/span-check" -s 64 -r 5 2>/dev/null |
     grep -E '^\||no GPU'
+}
+
+part 8 && {
+echo
+echo "## 8. Put/get of 256 MiB into VMM memory of 32 handles (twin) vs cudaMalloc (native), GB/s, median of $runs"
+echo '| what | put | get |'
+echo '|---|---|---|'
+for what in "3 32 cuda_copy,cuda_ipc+,posix" "1 0 cuda_copy,cuda_ipc,posix" \
+            "3 32 cuda_copy,cuda_ipc,posix"; do
+    set -- $what
+    p=() g=()
+    for ((r = 0; r < runs; r++)); do
+        line=$("$gpu/bin/span_bench_gpu" bw $1 $2 256 10 $3 2>/dev/null | grep '^BW')
+        p+=("$(echo "$line" | awk '{print $7}')")
+        g+=("$(echo "$line" | awk '{print $9}')")
+    done
+    printf '| %s %s %s | %s | %s |\n' "$(echo "$line" | awk '{print $2}')" $2 $3 \
+        "$(printf '%s\n' "${p[@]}" | median)" "$(printf '%s\n' "${g[@]}" | median)"
+done
 }
 
 part 2 && {

@@ -3,7 +3,6 @@
  */
 #include "span_md.h"
 #include "span_spill.h"
-#include "resolvers/span_cuda_vmm.h"
 #include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
@@ -181,72 +180,9 @@ out:
     return status;
 }
 
-/* Device memory that cuda_ipc packed as "no IPC" in every chunk, and whose
- * every unit span can export itself (span_cuda_vmm.h) */
-static int span_md_vmm_exports(span_md_t *smd, const span_memh_t *memh,
-                               ucs_memory_type_t mtype, const uint8_t *keys)
-{
-    size_t K = smd->inner_attr.rkey_packed_size;
-    uint64_t start, length;
-    uint32_t type, i;
-
-    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
-        strcmp(smd->inner_component->name, SPAN_CUDA_IPC_COMPONENT) ||
-        (K < SPAN_CUDA_VMM_KEY_SIZE)) {
-        return 0;
-    }
-    for (i = 0; i < memh->geom.num_chunks; ++i) {
-        memcpy(&type, keys + (i * K), sizeof(type));
-        span_chunk_range(&memh->geom, i, &start, &length);
-        if ((type != SPAN_CUDA_IPC_KEY_NO_IPC) ||
-            !span_cuda_vmm_exportable(start)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static void span_md_vmm_unexport(span_memh_t *memh, uint32_t count)
-{
-    while (count-- > 0) {
-        span_cuda_vmm_unexport(memh->vmm_fds[count]);
-    }
-    free(memh->vmm_fds);
-    memh->vmm_fds = NULL;
-}
-
-/* Replaces the keys with span's own keys of the units, exported */
-static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
-                                       uint8_t *keys)
-{
-    size_t K = smd->inner_attr.rkey_packed_size;
-    uint64_t start, length;
-    ucs_status_t status;
-    uint32_t i;
-
-    memh->vmm_fds = calloc(memh->geom.num_chunks, sizeof(int));
-    if (memh->vmm_fds == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    for (i = 0; i < memh->geom.num_chunks; ++i) {
-        span_chunk_range(&memh->geom, i, &start, &length);
-        status = span_cuda_vmm_export(start, length, keys + (i * K), K,
-                                      &memh->vmm_fds[i]);
-        if (status != UCS_OK) {
-            span_md_vmm_unexport(memh, i);
-            return status;
-        }
-    }
-    ucs_debug("span md %p: cuda_ipc cannot export the %u VMM units of [0x%"
-              PRIx64 ", +%" PRIu64 "): span exports them", smd,
-              memh->geom.num_chunks, memh->geom.base, memh->geom.length);
-    return UCS_OK;
-}
-
 /* Packs the inner key of every chunk and the span rkey, once: a region
  * whose keys do not fit is refused here, not at transfer time */
-static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
-                                   ucs_memory_type_t mtype)
+static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh)
 {
     size_t K = smd->inner_attr.rkey_packed_size;
     uct_md_mkey_pack_params_t params = {.field_mask = 0};
@@ -283,17 +219,7 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
         }
     }
 
-    if (span_md_vmm_exports(smd, memh, mtype, keys)) {
-        status = span_md_vmm_export(smd, memh, keys);
-        if (status != UCS_OK) {
-            goto out;
-        }
-        desc.span_vmm = 1;
-    }
     status = span_md_pack(smd, memh, &desc, keys, &rkey_size);
-    if ((status != UCS_OK) && (memh->vmm_fds != NULL)) {
-        span_md_vmm_unexport(memh, memh->geom.num_chunks);
-    }
     memh->rkey_size = rkey_size;
 out:
     free(keys);
@@ -535,7 +461,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         }
     }
 
-    status = span_memh_seal(smd, memh, mtype);
+    status = span_memh_seal(smd, memh);
     if (status != UCS_OK) {
         goto err_dereg;
     }
@@ -574,9 +500,6 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
     }
     if (memh->spilled) {
         span_spill_remove(&memh->spill);
-    }
-    if (memh->vmm_fds != NULL) {
-        span_md_vmm_unexport(memh, memh->geom.num_chunks);
     }
     status = span_md_chunks_dereg(smd, memh, memh->num_inner);
     free(memh);
@@ -654,7 +577,7 @@ static ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
     status = span_chunk_plan(&memh->geom, (uintptr_t)*address_p, *length_p,
                              0, 0, 0);
     if (status == UCS_OK) {
-        status = span_memh_seal(smd, memh, mem_type);
+        status = span_memh_seal(smd, memh);
     }
     if (status != UCS_OK) {
         goto err_mem_free;
@@ -678,9 +601,6 @@ static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
 
     if (smem->spilled) {
         span_spill_remove(&smem->spill);
-    }
-    if (smem->vmm_fds != NULL) {
-        span_md_vmm_unexport(smem, smem->geom.num_chunks);
     }
     status = smd->inner->ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);

@@ -4,6 +4,8 @@ extern "C" {
 #include "span_chunk.h"
 }
 
+#include "test_log.h"
+
 #include <gtest/gtest.h>
 #include <random>
 
@@ -138,6 +140,7 @@ TEST(span_chunk, huge_extents_never_wrap_the_count)
 {
     /* found by the rkey fuzzer: a unit count that wrapped made 0 chunks */
     span_chunk_geom_t g;
+    log_counter logs;
     EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
               span_chunk_plan(&g, 0, 0xfffffffffffff700ull, 0x10010000000ull,
                               0xffffffff000ull, 0x38373737000ull));
@@ -149,11 +152,14 @@ TEST(span_chunk, huge_extents_never_wrap_the_count)
             EXPECT_TRUE(check_plan({4096, 4096, unit, 0, 0}));
         }
     }
+    EXPECT_EQ(logs.count(), logs.count("chunks of"));
+    EXPECT_LE(1u, logs.count());
 }
 
 TEST(span_chunk, bad_plans_are_refused)
 {
     span_chunk_geom_t g;
+    log_counter logs;
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_chunk_plan(&g, 0, 0, 0, 0, 0));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
               span_chunk_plan(&g, UINT64_MAX - 5, 10, 0, 0, 0));
@@ -162,6 +168,8 @@ TEST(span_chunk, bad_plans_are_refused)
               span_chunk_plan(&g, 0, 1ull << 40, 0, 1 << 20, 0));
     EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
               span_chunk_plan(&g, 0, 1ull << 40, 4096, 0, 0));
+    EXPECT_EQ(3u, logs.count("cannot plan"));
+    EXPECT_EQ(2u, logs.count("more than 65535"));
     /* the largest count still plans */
     EXPECT_EQ(UCS_OK, span_chunk_plan(&g, 0, uint64_t(SPAN_CHUNK_MAX) << 20, 0,
                                       1 << 20, 0));

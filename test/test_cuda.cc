@@ -2,6 +2,8 @@
  * CUDA resolver over a scripted driver: which units a range resolves to,
  * and the refusals.
  */
+#include "test_log.h"
+
 #include <gtest/gtest.h>
 
 extern "C" {
@@ -124,6 +126,7 @@ TEST_F(cuda_resolver, mixed_unit_sizes_are_refused)
 {
     span_cuda_extent_t ext;
     uint64_t base = 0x7e0000000000ull;
+    log_counter logs;
 
     fake_space.push_back({base, 2 * MiB, 1});
     fake_space.push_back({base + 2 * MiB, 4 * MiB, 2});
@@ -135,6 +138,7 @@ TEST_F(cuda_resolver, mixed_unit_sizes_are_refused)
     fake_space.push_back({base + 6 * MiB, 4 * MiB, 3});
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
               span_cuda_resolve(&fake_ops, base, 10 * MiB, &ext));
+    EXPECT_EQ(2u, logs.count("one registration spans units of one size"));
 }
 
 TEST_F(cuda_resolver, range_past_device_memory_stops_at_the_gap)
@@ -144,6 +148,7 @@ TEST_F(cuda_resolver, range_past_device_memory_stops_at_the_gap)
 
     fake_space.push_back({base, 2 * MiB, 1});
     fake_space.push_back({base + 4 * MiB, 2 * MiB, 2}); /* hole before */
+    log_counter logs;
     /* the units up to the hole: accesses past them are out of bounds */
     ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 6 * MiB, &ext));
     EXPECT_EQ(1u, ext.num_units);
@@ -154,4 +159,5 @@ TEST_F(cuda_resolver, range_past_device_memory_stops_at_the_gap)
               span_cuda_resolve(&fake_ops, 0x1000, 64, &ext));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
               span_cuda_resolve(&fake_ops, base, 0, &ext));
+    EXPECT_EQ(2u, logs.count("is not mapped device memory"));
 }

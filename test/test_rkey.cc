@@ -312,8 +312,10 @@ TEST(span_rkey, units_from_the_base_round_trip)
     /* an origin that is neither 0 nor the base has no encoding */
     ASSERT_EQ(UCS_OK, span_chunk_plan_from(&desc.geom, base + 4096, 70 * MiB,
                                            base, 20 * MiB, 0, 0));
+    log_counter logs;
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
               span_rkey_pack(buf.data(), &desc, keys.data(), &size));
+    EXPECT_EQ(1u, logs.count("cannot be packed"));
 }
 
 TEST(span_rkey, spill_reference_round_trip_and_corruption)

@@ -213,26 +213,20 @@ static void span_rkey_release_inner(span_rkey_t *rkey, uint32_t count)
     }
 }
 
-/* Unpacks the inner key of every chunk, from the rkey or from the spilled
- * keys; an empty inner key once, shared */
+/* Unpacks the inner key of every chunk; an empty inner key once, shared */
 static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
                                            const span_rkey_desc_t *desc,
-                                           const uint8_t *spilled,
+                                           const uint8_t *keys,
                                            const uct_rkey_unpack_params_t *params)
 {
-    uint8_t inline_key[SPAN_RKEY_MAX_KEY];
-    const uint8_t *key = inline_key;
     ucs_status_t status;
     uint32_t i;
 
     for (i = 0; i < rkey->num_inner; ++i) {
-        if (spilled != NULL) {
-            key = spilled + ((size_t)i * desc->key_size);
-        } else {
-            span_rkey_key(desc, i, inline_key);
-        }
         status = rkey->inner_component->rkey_unpack(rkey->inner_component,
-                                                    key, params,
+                                                    keys +
+                                                    (i * desc->key_size),
+                                                    params,
                                                     &rkey->inner[i].rkey,
                                                     &rkey->inner[i].handle);
         if ((status == UCS_ERR_UNSUPPORTED) && (desc->key_size == 0)) {
@@ -259,27 +253,33 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
     return UCS_OK;
 }
 
-/* The exporter's keys did not fit in the rkey: read from its spill arena */
-static ucs_status_t span_rkey_unpack_spilled(span_rkey_t *rkey,
-                                             const span_rkey_desc_t *desc,
-                                             const uct_rkey_unpack_params_t *params)
+/* The keys of every chunk, contiguous: rebuilt from the rkey, or read from
+ * the exporter's spill arena where they did not fit in it */
+static ucs_status_t span_rkey_keys(const span_rkey_desc_t *desc, uint32_t n,
+                                   uint8_t **keys_p)
 {
-    uint8_t *keys;
-    ucs_status_t status;
+    uint8_t *keys = malloc(((size_t)n * desc->key_size) + 1);
+    ucs_status_t status = UCS_OK;
+    uint32_t i;
 
-    keys = malloc((size_t)rkey->num_inner * desc->key_size);
     if (keys == NULL) {
-        ucs_error("span: no memory for %u spilled keys of %zu bytes",
-                  rkey->num_inner, desc->key_size);
+        ucs_error("span: no memory for %u keys of %zu bytes", n,
+                  desc->key_size);
         return UCS_ERR_NO_MEMORY;
     }
-    status = span_spill_fetch(&desc->spill, rkey->num_inner, desc->key_size,
-                              keys);
-    if (status == UCS_OK) {
-        status = span_rkey_unpack_inner(rkey, desc, keys, params);
+    if (desc->spilled) {
+        status = span_spill_fetch(&desc->spill, n, desc->key_size, keys);
+    } else {
+        for (i = 0; (desc->key_size > 0) && (i < n); ++i) {
+            span_rkey_key(desc, i, keys + (i * desc->key_size));
+        }
     }
-    free(keys);
-    return status;
+    if (status != UCS_OK) {
+        free(keys);
+        return status;
+    }
+    *keys_p = keys;
+    return UCS_OK;
 }
 
 static ucs_status_t span_rkey_unpack(uct_component_t *component,
@@ -292,6 +292,7 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
     span_rkey_t *rkey;
     uint32_t num_inner;
     ucs_status_t status;
+    uint8_t *keys;
 
     /* UCP does not pass the buffer's length; the format bounds it */
     status = span_rkey_parse(buffer, SPAN_RKEY_MAX_SIZE, &desc);
@@ -318,11 +319,19 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
     rkey->geom            = desc.geom;
     rkey->inner_component = inner_component;
     rkey->num_inner       = num_inner;
-    if (desc.spilled) {
-        status = span_rkey_unpack_spilled(rkey, &desc, params);
-    } else {
-        status = span_rkey_unpack_inner(rkey, &desc, NULL, params);
+    status                = span_rkey_keys(&desc, num_inner, &keys);
+    if (status != UCS_OK) {
+        free(rkey);
+        return status;
     }
+    if (desc.span_vmm) {
+        status = span_cuda_vmm_import(keys, desc.key_size, &desc.geom,
+                                      &rkey->vmm);
+        rkey->vmm_mapped = (status == UCS_OK);
+    } else {
+        status = span_rkey_unpack_inner(rkey, &desc, keys, params);
+    }
+    free(keys);
     if (status != UCS_OK) {
         free(rkey);
         return status;
@@ -338,6 +347,9 @@ static ucs_status_t span_rkey_release(uct_component_t *component,
 {
     span_rkey_t *srkey = (span_rkey_t*)rkey;
 
+    if (srkey->vmm_mapped) {
+        span_cuda_vmm_unmap(&srkey->vmm);
+    }
     span_rkey_release_inner(srkey, srkey->num_inner);
     free(srkey);
     return UCS_OK;
@@ -351,6 +363,11 @@ static ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
     uint32_t index     = 0;
     ucs_status_t status;
     uint64_t avail;
+
+    if (srkey->vmm_mapped) {
+        /* the mapping is device memory: UCP copies it with its zcopy ops */
+        return UCS_ERR_UNSUPPORTED;
+    }
 
     /* UCP tries every MD and stops at UCS_ERR_INVALID_ADDR: the extent is
      * checked only where the inner component can map the address at all */

@@ -6,6 +6,7 @@
 #define SPAN_COMPONENT_H_
 
 #include "span_chunk.h"
+#include "resolvers/span_cuda_vmm.h"
 #include "ucx/span_ucx.h"
 
 #include <ucs/sys/compiler_def.h>
@@ -22,6 +23,9 @@ typedef struct span_rkey {
     int               inner_unpacked;  /* inner rkeys must be released */
     uint32_t          num_inner;       /* one per chunk, or one for all
                                           where the inner key is empty */
+    int               vmm_mapped;      /* the units are mapped here: ops
+                                          copy through vmm, no inner rkey */
+    span_cuda_vmm_map_t vmm;
     struct {
         uct_rkey_t    rkey;
         void          *handle;

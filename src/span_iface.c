@@ -237,6 +237,32 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
     return ucs_unlikely(ctx.status != UCS_OK) ? ctx.status : ret;
 }
 
+/* Units span exported itself are mapped contiguously here: a synchronous
+ * device copy per entry, complete on return */
+static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
+                                      size_t iovcnt, uint64_t remote_addr,
+                                      const span_rkey_t *rkey)
+{
+    uint8_t *remote = (uint8_t*)(uintptr_t)(rkey->vmm.base +
+                                             (remote_addr - rkey->geom.base));
+    ucs_status_t status = UCS_OK;
+    size_t i, j;
+
+    for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
+        for (j = 0; (j < ucs_max(iov[i].count, 1u)) && (status == UCS_OK);
+             ++j) {
+            uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
+            status = is_put ?
+                     span_cuda_vmm_copy(&rkey->vmm, remote, local,
+                                        iov[i].length) :
+                     span_cuda_vmm_copy(&rkey->vmm, local, remote,
+                                        iov[i].length);
+            remote += iov[i].length;
+        }
+    }
+    return status;
+}
+
 /* put or get zcopy: one inner op where the remote range lies in one chunk
  * and no local entry crosses a chunk end, the splitter otherwise */
 static UCS_F_ALWAYS_INLINE ucs_status_t
@@ -257,6 +283,10 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                       span_iov_length(iov, iovcnt) :
                                       length))) {
         return UCS_ERR_INVALID_ADDR;
+    }
+    if (ucs_unlikely(span_rkey(rkey)->vmm_mapped)) {
+        return span_ep_vmm_zcopy(is_put, iov, iovcnt, remote_addr,
+                                 span_rkey(rkey));
     }
     if (ucs_likely(length != SIZE_MAX)) {
         inner = span_rkey_inner(span_rkey(rkey), remote_addr, &avail);

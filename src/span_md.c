@@ -3,6 +3,7 @@
  */
 #include "span_md.h"
 #include "span_spill.h"
+#include "resolvers/span_cuda_vmm.h"
 #include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
@@ -180,9 +181,72 @@ out:
     return status;
 }
 
+/* Device memory that cuda_ipc packed as "no IPC" in every chunk, and whose
+ * every unit span can export itself (span_cuda_vmm.h) */
+static int span_md_vmm_exports(span_md_t *smd, const span_memh_t *memh,
+                               ucs_memory_type_t mtype, const uint8_t *keys)
+{
+    size_t K = smd->inner_attr.rkey_packed_size;
+    uint64_t start, length;
+    uint32_t type, i;
+
+    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
+        strcmp(smd->inner_component->name, SPAN_CUDA_IPC_COMPONENT) ||
+        (K < SPAN_CUDA_VMM_KEY_SIZE)) {
+        return 0;
+    }
+    for (i = 0; i < memh->geom.num_chunks; ++i) {
+        memcpy(&type, keys + (i * K), sizeof(type));
+        span_chunk_range(&memh->geom, i, &start, &length);
+        if ((type != SPAN_CUDA_IPC_KEY_NO_IPC) ||
+            !span_cuda_vmm_exportable(start)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void span_md_vmm_unexport(span_memh_t *memh, uint32_t count)
+{
+    while (count-- > 0) {
+        span_cuda_vmm_unexport(memh->vmm_fds[count]);
+    }
+    free(memh->vmm_fds);
+    memh->vmm_fds = NULL;
+}
+
+/* Replaces the keys with span's own keys of the units, exported */
+static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
+                                       uint8_t *keys)
+{
+    size_t K = smd->inner_attr.rkey_packed_size;
+    uint64_t start, length;
+    ucs_status_t status;
+    uint32_t i;
+
+    memh->vmm_fds = calloc(memh->geom.num_chunks, sizeof(int));
+    if (memh->vmm_fds == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < memh->geom.num_chunks; ++i) {
+        span_chunk_range(&memh->geom, i, &start, &length);
+        status = span_cuda_vmm_export(start, length, keys + (i * K), K,
+                                      &memh->vmm_fds[i]);
+        if (status != UCS_OK) {
+            span_md_vmm_unexport(memh, i);
+            return status;
+        }
+    }
+    ucs_debug("span md %p: cuda_ipc cannot export the %u VMM units of [0x%"
+              PRIx64 ", +%" PRIu64 "): span exports them", smd,
+              memh->geom.num_chunks, memh->geom.base, memh->geom.length);
+    return UCS_OK;
+}
+
 /* Packs the inner key of every chunk and the span rkey, once: a region
  * whose keys do not fit is refused here, not at transfer time */
-static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh)
+static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
+                                   ucs_memory_type_t mtype)
 {
     size_t K = smd->inner_attr.rkey_packed_size;
     uct_md_mkey_pack_params_t params = {.field_mask = 0};
@@ -219,7 +283,17 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh)
         }
     }
 
+    if (span_md_vmm_exports(smd, memh, mtype, keys)) {
+        status = span_md_vmm_export(smd, memh, keys);
+        if (status != UCS_OK) {
+            goto out;
+        }
+        desc.span_vmm = 1;
+    }
     status = span_md_pack(smd, memh, &desc, keys, &rkey_size);
+    if ((status != UCS_OK) && (memh->vmm_fds != NULL)) {
+        span_md_vmm_unexport(memh, memh->geom.num_chunks);
+    }
     memh->rkey_size = rkey_size;
 out:
     free(keys);
@@ -288,6 +362,42 @@ typedef struct span_md_extent {
     uint64_t identity;   /* 0 for host memory */
 } span_md_extent_t;
 
+/*
+ * UCP registers device memory from the base the memory-type MD reports to
+ * the end of its allocation (UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES, "cuda" by
+ * default), and cuda_copy reports one physical allocation of a VMM range
+ * (cuMemGetAddressRange): a buffer over several handles reaches span as its
+ * first handle, and the key published for it ends there. Nothing here can
+ * tell that request from one for one handle; where the next handle of the
+ * same size is mapped right after it, the user is told once how to make UCP
+ * pass the buffer's own range.
+ */
+static void span_md_vmm_narrowed_hint(span_md_t *smd, void *address,
+                                      size_t length,
+                                      const span_cuda_extent_t *cuda)
+{
+    static int told;
+    uint64_t next_base, next_size;
+    const char *whole;
+
+    whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
+    if ((cuda->num_units != 1) || ((uintptr_t)address != cuda->base) ||
+        (length != cuda->length) || ((whole != NULL) && (*whole == '\0')) ||
+        !span_cuda_vmm_exportable(cuda->base) ||
+        (smd->cuda->range(cuda->base + cuda->length, &next_base,
+                          &next_size) != UCS_OK) ||
+        (next_size != cuda->length) ||
+        __atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
+        return;
+    }
+    ucs_warn("span md %p: a registration of exactly the VMM physical "
+             "allocation [%p, +%zu) was asked for, and another of its size is "
+             "mapped right after it: if the buffer goes on into it, UCP cut "
+             "it to its first handle and ops past it will be refused; set "
+             "UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= (empty) so that UCP registers "
+             "buffers as given", smd, address, length);
+}
+
 static ucs_status_t span_md_extent(span_md_t *smd, void *address,
                                    size_t length, ucs_memory_type_t mtype,
                                    span_md_extent_t *ext)
@@ -310,6 +420,7 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
                   "%s", smd, address, length, ucs_status_string(status));
         return status;
     }
+    span_md_vmm_narrowed_hint(smd, address, length, &cuda);
     ext->base        = cuda.base;
     ext->length      = cuda.length;
     ext->unit_origin = cuda.base;
@@ -461,7 +572,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         }
     }
 
-    status = span_memh_seal(smd, memh);
+    status = span_memh_seal(smd, memh, mtype);
     if (status != UCS_OK) {
         goto err_dereg;
     }
@@ -500,6 +611,9 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
     }
     if (memh->spilled) {
         span_spill_remove(&memh->spill);
+    }
+    if (memh->vmm_fds != NULL) {
+        span_md_vmm_unexport(memh, memh->geom.num_chunks);
     }
     status = span_md_chunks_dereg(smd, memh, memh->num_inner);
     free(memh);
@@ -577,7 +691,7 @@ static ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
     status = span_chunk_plan(&memh->geom, (uintptr_t)*address_p, *length_p,
                              0, 0, 0);
     if (status == UCS_OK) {
-        status = span_memh_seal(smd, memh);
+        status = span_memh_seal(smd, memh, mem_type);
     }
     if (status != UCS_OK) {
         goto err_mem_free;
@@ -601,6 +715,9 @@ static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
 
     if (smem->spilled) {
         span_spill_remove(&smem->spill);
+    }
+    if (smem->vmm_fds != NULL) {
+        span_md_vmm_unexport(smem, smem->geom.num_chunks);
     }
     status = smd->inner->ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);

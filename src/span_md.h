@@ -52,6 +52,7 @@ typedef struct span_memh {
     uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */
     int               spilled;    /* the keys are in the spill slot */
     span_rkey_spill_t spill;
+    int               *vmm_fds;   /* units span exported, or NULL */
     uint32_t          num_inner;  /* 0 where the inner MD does not register */
     uct_mem_h         inner[];
 } span_memh_t;

@@ -7,6 +7,9 @@
  *                                at base + k * unit size, not at absolute
  *                                multiples (units resolved from a driver);
  *                                bit 1 SPILL: the body is a spill reference;
+ *                                bit 2 SPAN_VMM: the keys are span's own
+ *                                keys of exported VMM units
+ *                                (span_cuda_vmm.h), not inner keys;
  *                                other bits are refused
  *   2       2     num_chunks     n >= 1, inner registrations (one key each)
  *   4       4     component_id   FNV-1a 32 of the inner component's name
@@ -69,6 +72,7 @@
 
 #define SPAN_RKEY_FLAG_UNITS_FROM_BASE UCS_BIT(0)
 #define SPAN_RKEY_FLAG_SPILL           UCS_BIT(1)
+#define SPAN_RKEY_FLAG_SPAN_VMM        UCS_BIT(2)
 
 static uint32_t span_rkey_fnv(uint32_t hash, const void *data, size_t size)
 {
@@ -242,6 +246,9 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if (desc->span_vmm) {
+        flags |= SPAN_RKEY_FLAG_SPAN_VMM;
+    }
     if (desc->spilled) {
         flags |= SPAN_RKEY_FLAG_SPILL;
     } else {
@@ -371,7 +378,8 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    if (flags & ~(SPAN_RKEY_FLAG_UNITS_FROM_BASE | SPAN_RKEY_FLAG_SPILL)) {
+    if (flags & ~(SPAN_RKEY_FLAG_UNITS_FROM_BASE | SPAN_RKEY_FLAG_SPILL |
+                  SPAN_RKEY_FLAG_SPAN_VMM)) {
         ucs_error("span rkey %p: unknown flags 0x%x", buffer, flags);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -396,11 +404,13 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
     desc->mask         = desc->key0 + desc->key_size;
     desc->varying      = desc->mask + span_rkey_mask_size(desc->key_size);
     desc->spilled      = !!(flags & SPAN_RKEY_FLAG_SPILL);
+    desc->span_vmm     = !!(flags & SPAN_RKEY_FLAG_SPAN_VMM);
     body_size          = span_rkey_body_size(flags, desc->key_size,
                                              desc->geom.num_chunks,
                                              desc->num_varying);
     if ((desc->num_varying > desc->key_size) ||
-        (desc->spilled && ((desc->key_size == 0) || desc->num_varying)) ||
+        ((desc->spilled || desc->span_vmm) && (desc->key_size == 0)) ||
+        (desc->spilled && desc->num_varying) ||
         (body_size > buffer_size - SPAN_RKEY_HDR_SIZE)) {
         ucs_error("span rkey %p: %u keys of %zu bytes (%u varying) overrun "
                   "the %zu-byte buffer", buffer, desc->geom.num_chunks,

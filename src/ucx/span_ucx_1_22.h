@@ -250,4 +250,10 @@ typedef struct uct_tl {
     ucs_list_link_t                list;
 } uct_tl_t;
 
+/* A packed cuda_ipc key (uct_cuda_ipc_rkey_t) begins with its handle type,
+ * a 32-bit enum whose UCT_CUDA_IPC_KEY_HANDLE_TYPE_NO_IPC is 0: cuda_ipc
+ * found no handle it can export for the memory */
+#define SPAN_CUDA_IPC_COMPONENT  "cuda_ipc"
+#define SPAN_CUDA_IPC_KEY_NO_IPC 0u
+
 #endif

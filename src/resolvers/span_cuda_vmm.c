@@ -1,0 +1,350 @@
+/*
+ * VMM handle export and import.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_cuda_vmm.h"
+
+#include <ucs/debug/log_def.h>
+#include <inttypes.h>
+#include <string.h>
+
+#define SPAN_CUDA_VMM_MAGIC 0x4d565053u /* "SPVM" */
+
+#if HAVE_CUDA
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SPAN_CUDA_VMM_FN(_name) typeof(_name) *_name
+static struct {
+    SPAN_CUDA_VMM_FN(cuPointerGetAttribute);
+    SPAN_CUDA_VMM_FN(cuMemRetainAllocationHandle);
+    SPAN_CUDA_VMM_FN(cuMemExportToShareableHandle);
+    SPAN_CUDA_VMM_FN(cuMemImportFromShareableHandle);
+    SPAN_CUDA_VMM_FN(cuMemRelease);
+    SPAN_CUDA_VMM_FN(cuMemAddressReserve);
+    SPAN_CUDA_VMM_FN(cuMemAddressFree);
+    SPAN_CUDA_VMM_FN(cuMemMap);
+    SPAN_CUDA_VMM_FN(cuMemUnmap);
+    SPAN_CUDA_VMM_FN(cuMemSetAccess);
+    SPAN_CUDA_VMM_FN(cuMemcpyAsync);
+    SPAN_CUDA_VMM_FN(cuStreamSynchronize);
+    SPAN_CUDA_VMM_FN(cuCtxGetCurrent);
+    SPAN_CUDA_VMM_FN(cuCtxGetDevice);
+    SPAN_CUDA_VMM_FN(cuDeviceGet);
+    SPAN_CUDA_VMM_FN(cuDevicePrimaryCtxRetain);
+    SPAN_CUDA_VMM_FN(cuDevicePrimaryCtxRelease);
+    SPAN_CUDA_VMM_FN(cuCtxPushCurrent);
+    SPAN_CUDA_VMM_FN(cuCtxPopCurrent);
+} span_cuda_vmm_fn;
+
+static pthread_once_t span_cuda_vmm_once = PTHREAD_ONCE_INIT;
+static int            span_cuda_vmm_loaded;
+
+/* Versioned names: cuda.h maps the API names to them with macros */
+static void span_cuda_vmm_load(void)
+{
+    static const char *names[] = {
+        "cuPointerGetAttribute", "cuMemRetainAllocationHandle",
+        "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle",
+        "cuMemRelease", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap",
+        "cuMemUnmap", "cuMemSetAccess", "cuMemcpyAsync", "cuStreamSynchronize",
+        "cuCtxGetCurrent", "cuCtxGetDevice", "cuDeviceGet",
+        "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+        "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"
+    };
+    void *lib  = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    void **fn  = (void**)&span_cuda_vmm_fn;
+    size_t i;
+
+    if (lib == NULL) {
+        return;
+    }
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+        fn[i] = dlsym(lib, names[i]);
+        if (fn[i] == NULL) {
+            ucs_debug("span cuda vmm: libcuda.so.1 lacks %s", names[i]);
+            return;
+        }
+    }
+    span_cuda_vmm_loaded = 1;
+}
+
+static int span_cuda_vmm_ready(void)
+{
+    pthread_once(&span_cuda_vmm_once, span_cuda_vmm_load);
+    return span_cuda_vmm_loaded;
+}
+
+/* The device of the current context, or device 0's primary context made
+ * current (*pushed_p set) for a thread that has none */
+static ucs_status_t span_cuda_vmm_ctx_enter(int *device_p, int *pushed_p)
+{
+    CUcontext ctx = NULL;
+    CUdevice dev;
+
+    *pushed_p = 0;
+    if ((span_cuda_vmm_fn.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) &&
+        (ctx != NULL)) {
+        return (span_cuda_vmm_fn.cuCtxGetDevice(&dev) == CUDA_SUCCESS) ?
+               (*device_p = dev, UCS_OK) : UCS_ERR_NO_DEVICE;
+    }
+    if ((span_cuda_vmm_fn.cuDeviceGet(&dev, *device_p) != CUDA_SUCCESS) ||
+        (span_cuda_vmm_fn.cuDevicePrimaryCtxRetain(&ctx, dev) !=
+         CUDA_SUCCESS)) {
+        return UCS_ERR_NO_DEVICE;
+    }
+    if (span_cuda_vmm_fn.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) {
+        span_cuda_vmm_fn.cuDevicePrimaryCtxRelease(dev);
+        return UCS_ERR_NO_DEVICE;
+    }
+    *pushed_p = 1;
+    return UCS_OK;
+}
+
+static void span_cuda_vmm_ctx_leave(int device, int pushed)
+{
+    CUcontext ctx;
+    CUdevice dev;
+
+    if (pushed) {
+        span_cuda_vmm_fn.cuCtxPopCurrent(&ctx);
+        if (span_cuda_vmm_fn.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
+            span_cuda_vmm_fn.cuDevicePrimaryCtxRelease(dev);
+        }
+    }
+}
+
+int span_cuda_vmm_exportable(uint64_t base)
+{
+    CUmemGenericAllocationHandle handle;
+    uint64_t types = 0;
+
+    if (!span_cuda_vmm_ready() ||
+        (span_cuda_vmm_fn.cuPointerGetAttribute(
+                 &types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, base) !=
+         CUDA_SUCCESS) ||
+        !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+        (span_cuda_vmm_fn.cuMemRetainAllocationHandle(&handle,
+                                                      (void*)base) !=
+         CUDA_SUCCESS)) {
+        return 0;
+    }
+    span_cuda_vmm_fn.cuMemRelease(handle);
+    return 1;
+}
+
+ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
+                                  size_t K, int *fd_p)
+{
+    uint32_t head[4] = {SPAN_CUDA_VMM_MAGIC, (uint32_t)getpid(), 0, 0};
+    CUmemGenericAllocationHandle handle;
+    CUresult res;
+    int fd;
+
+    if ((K < SPAN_CUDA_VMM_KEY_SIZE) ||
+        (span_cuda_vmm_fn.cuMemRetainAllocationHandle(&handle, (void*)base) !=
+         CUDA_SUCCESS)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    res = span_cuda_vmm_fn.cuMemExportToShareableHandle(
+            &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    span_cuda_vmm_fn.cuMemRelease(handle);
+    if (res != CUDA_SUCCESS) {
+        ucs_error("span cuda vmm: cannot export the allocation at 0x%" PRIx64
+                  " as a POSIX fd: %d", base, res);
+        return UCS_ERR_IO_ERROR;
+    }
+    head[2] = fd;
+    memset(key, 0, K);
+    memcpy(key, head, sizeof(head));
+    memcpy((uint8_t*)key + sizeof(head), &size, sizeof(size));
+    *fd_p = fd;
+    return UCS_OK;
+}
+
+void span_cuda_vmm_unexport(int fd)
+{
+    close(fd);
+}
+
+/* Maps one unit of the exporter's at addr */
+static ucs_status_t span_cuda_vmm_map_unit(int pidfd, const uint8_t *key,
+                                           uint64_t addr, uint64_t size)
+{
+    CUmemGenericAllocationHandle handle;
+    uint32_t head[4];
+    uint64_t key_size;
+    CUresult res;
+    int fd;
+
+    memcpy(head, key, sizeof(head));
+    memcpy(&key_size, key + sizeof(head), sizeof(key_size));
+    if ((head[0] != SPAN_CUDA_VMM_MAGIC) || (key_size != size)) {
+        ucs_error("span cuda vmm: a unit key does not describe the %" PRIu64
+                  "-byte unit the rkey's geometry makes", size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    fd = syscall(SYS_pidfd_getfd, pidfd, (int)head[2], 0);
+    if (fd < 0) {
+        ucs_error("span cuda vmm: pidfd_getfd(fd %d of process %u) failed: "
+                  "%m (ptrace attach rights over the exporter are needed, "
+                  "as for cuda_ipc)", (int)head[2], head[1]);
+        return UCS_ERR_UNREACHABLE;
+    }
+    res = span_cuda_vmm_fn.cuMemImportFromShareableHandle(
+            &handle, (void*)(uintptr_t)fd,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(fd);
+    if (res != CUDA_SUCCESS) {
+        ucs_error("span cuda vmm: cannot import a unit of process %u: %d",
+                  head[1], res);
+        return UCS_ERR_UNREACHABLE;
+    }
+    res = span_cuda_vmm_fn.cuMemMap(addr, size, 0, handle, 0);
+    span_cuda_vmm_fn.cuMemRelease(handle); /* the mapping holds it */
+    return (res == CUDA_SUCCESS) ? UCS_OK : UCS_ERR_NO_MEMORY;
+}
+
+static void span_cuda_vmm_unmap_units(const span_chunk_geom_t *geom,
+                                      uint64_t va, uint32_t count)
+{
+    uint64_t start, length;
+    uint32_t i;
+
+    for (i = 0; i < count; ++i) {
+        span_chunk_range(geom, i, &start, &length);
+        span_cuda_vmm_fn.cuMemUnmap(va + (start - geom->base), length);
+    }
+}
+
+static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
+                                            const span_chunk_geom_t *geom,
+                                            uint64_t va, int device)
+{
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
+                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    uint64_t start, length;
+    ucs_status_t status = UCS_OK;
+    uint32_t pid, i;
+    int pidfd;
+
+    memcpy(&pid, keys + sizeof(uint32_t), sizeof(pid));
+    pidfd = syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) {
+        ucs_error("span cuda vmm: pidfd_open(%u) failed: %m", pid);
+        return UCS_ERR_UNREACHABLE;
+    }
+    for (i = 0; (i < geom->num_chunks) && (status == UCS_OK); ++i) {
+        span_chunk_range(geom, i, &start, &length);
+        status = span_cuda_vmm_map_unit(pidfd, keys + (i * K),
+                                        va + (start - geom->base), length);
+    }
+    close(pidfd);
+    if ((status == UCS_OK) &&
+        (span_cuda_vmm_fn.cuMemSetAccess(va, geom->length, &access, 1) !=
+         CUDA_SUCCESS)) {
+        status = UCS_ERR_NO_MEMORY;
+        i      = geom->num_chunks + 1;
+    }
+    if (status != UCS_OK) {
+        span_cuda_vmm_unmap_units(geom, va, i - 1);
+    }
+    return status;
+}
+
+ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
+                                  const span_chunk_geom_t *geom,
+                                  span_cuda_vmm_map_t *map)
+{
+    CUdeviceptr va;
+    ucs_status_t status;
+    int pushed;
+
+    map->device = 0;
+    if (!span_cuda_vmm_ready() || (K < SPAN_CUDA_VMM_KEY_SIZE) ||
+        (span_cuda_vmm_ctx_enter(&map->device, &pushed) != UCS_OK)) {
+        ucs_error("span cuda vmm: no CUDA driver or device to map %u units",
+                  geom->num_chunks);
+        return UCS_ERR_UNREACHABLE;
+    }
+    status = UCS_ERR_NO_MEMORY;
+    if (span_cuda_vmm_fn.cuMemAddressReserve(&va, geom->length, 0, 0, 0) ==
+        CUDA_SUCCESS) {
+        status = span_cuda_vmm_map_units(keys, K, geom, va, map->device);
+        if (status != UCS_OK) {
+            span_cuda_vmm_fn.cuMemAddressFree(va, geom->length);
+        }
+    }
+    span_cuda_vmm_ctx_leave(map->device, pushed);
+    map->base   = va;
+    map->length = geom->length;
+    return status;
+}
+
+void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
+{
+    span_cuda_vmm_fn.cuMemUnmap(map->base, map->length);
+    span_cuda_vmm_fn.cuMemAddressFree(map->base, map->length);
+}
+
+ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
+                                const void *src, size_t length)
+{
+    int device = map->device, pushed;
+    ucs_status_t status;
+
+    status = span_cuda_vmm_ctx_enter(&device, &pushed);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if ((span_cuda_vmm_fn.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src,
+                                        length, 0) != CUDA_SUCCESS) ||
+        (span_cuda_vmm_fn.cuStreamSynchronize(0) != CUDA_SUCCESS)) {
+        ucs_error("span cuda vmm: copy of %zu bytes %p -> %p failed", length,
+                  src, dst);
+        status = UCS_ERR_IO_ERROR;
+    }
+    span_cuda_vmm_ctx_leave(device, pushed);
+    return status;
+}
+#else
+int span_cuda_vmm_exportable(uint64_t base)
+{
+    return 0;
+}
+
+ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
+                                  size_t K, int *fd_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+void span_cuda_vmm_unexport(int fd)
+{
+}
+
+ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
+                                  const span_chunk_geom_t *geom,
+                                  span_cuda_vmm_map_t *map)
+{
+    ucs_error("span: built without CUDA: cannot map %u device units",
+              geom->num_chunks);
+    return UCS_ERR_UNREACHABLE;
+}
+
+void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
+{
+}
+
+ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
+                                const void *src, size_t length)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+#endif

@@ -1,0 +1,52 @@
+/*
+ * VMM handles that the inner transport cannot export, exported by span.
+ *
+ * cuda_ipc publishes VMM memory of POSIX-fd handles (PyTorch's expandable
+ * segments, cuMemCreate pools) only where UCX was built with pidfd_getfd;
+ * the PyPI wheel was not, and its cuda_ipc calls such memory "no IPC", so
+ * UCP stages it through host memory at under 1 GB/s. For such units span
+ * exports the handle itself (one POSIX fd per unit, kept open by the
+ * exporter until deregistration), the importer takes the fds with
+ * pidfd_getfd, maps the units back to back into one range, and the twin's
+ * zcopy ops copy through that mapping with the driver. pidfd_getfd needs
+ * ptrace attach rights over the exporter, as cuda_ipc's own path does.
+ */
+#ifndef SPAN_CUDA_VMM_H_
+#define SPAN_CUDA_VMM_H_
+
+#include "span_chunk.h"
+
+#include <ucs/type/status.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes of a span key of one unit, within an inner key's room */
+#define SPAN_CUDA_VMM_KEY_SIZE 24
+
+/* Whether the unit at base is VMM memory that can be shared as a POSIX fd */
+int span_cuda_vmm_exportable(uint64_t base);
+
+/* Exports the unit [base, base + size) into key (K >= SPAN_CUDA_VMM_KEY_SIZE
+ * bytes); *fd_p stays open until span_cuda_vmm_unexport */
+ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
+                                  size_t K, int *fd_p);
+void span_cuda_vmm_unexport(int fd);
+
+/* The exporter's units mapped into this process */
+typedef struct span_cuda_vmm_map {
+    uint64_t base;    /* local address of the extent's first byte */
+    uint64_t length;
+    int      device;  /* the device given access, whose context copies */
+} span_cuda_vmm_map_t;
+
+/* Maps the geometry's units from keys of K bytes each, contiguous */
+ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
+                                  const span_chunk_geom_t *geom,
+                                  span_cuda_vmm_map_t *map);
+void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);
+
+/* Synchronous copy between a local buffer and the mapping */
+ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
+                                const void *src, size_t length);
+
+#endif

@@ -381,7 +381,8 @@ static void span_md_vmm_narrowed_hint(span_md_t *smd, void *address,
     const char *whole;
 
     whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
-    if ((cuda->num_units != 1) || ((uintptr_t)address != cuda->base) ||
+    if (__atomic_load_n(&told, __ATOMIC_RELAXED) || (cuda->num_units != 1) ||
+        ((uintptr_t)address != cuda->base) ||
         (length != cuda->length) || ((whole != NULL) && (*whole == '\0')) ||
         !span_cuda_vmm_exportable(cuda->base) ||
         (smd->cuda->range(cuda->base + cuda->length, &next_base,

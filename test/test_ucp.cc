@@ -4,6 +4,7 @@
  * the native transports as a control.
  */
 #include "tools/span_pair.h"
+#include "test_log.h"
 
 #include <gtest/gtest.h>
 #include <dlfcn.h>
@@ -205,8 +206,11 @@ TEST_P(ucp_twin, out_of_bounds_is_refused)
                  {0, 2 * page}};            /* starts in the guard */
 
     bool get_offloaded = (GetParam().mode == SPAN_PAIR_FORK);
+    size_t refused     = 0;
+    log_counter logs;
 
     for (auto &c : cases) {
+        refused += get_offloaded ? 2 : 1;
         EXPECT_NE(UCS_OK, span_pair_put(&m_pair, &m_region, c.offset,
                                         buf.data(), c.length))
                 << "put at " << c.offset << " len " << c.length;
@@ -217,6 +221,8 @@ TEST_P(ucp_twin, out_of_bounds_is_refused)
                                         buf.data(), c.length))
                 << "get at " << c.offset << " len " << c.length;
     }
+    EXPECT_LE(refused, logs.count("is outside the registered extent"))
+            << "a refusal was not logged";
     EXPECT_EQ(0u, check(0, m_region.alloc_length, 4)) << "target modified";
 }
 
@@ -452,14 +458,18 @@ TEST_P(ucp_strict, transfers_past_the_registration_cap)
     unsigned seed = 60;
     for (auto &c : cases) {
         size_t wrong;
+        log_counter logs;
         ucs_status_t st = put_and_get(c.off, c.len, ++seed, &wrong);
         bool past_cap   = c.off + c.len > base + cap;
         if (twin() || !past_cap) {
             EXPECT_EQ(UCS_OK, st) << c.len << " at " << c.off;
             EXPECT_EQ(0u, wrong) << c.len << " at " << c.off;
+            EXPECT_EQ(0u, logs.count()) << c.len << " at " << c.off;
         } else {
             EXPECT_NE(UCS_OK, st) << "native, past the cap: " << c.len
                                   << " at " << c.off;
+            EXPECT_LE(1u, logs.count("remote access error"))
+                    << "native, past the cap: " << c.len << " at " << c.off;
         }
         ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 50));
     }

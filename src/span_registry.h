@@ -12,6 +12,7 @@
 #ifndef SPAN_REGISTRY_H_
 #define SPAN_REGISTRY_H_
 
+#include <ucs/datastruct/hlist.h>
 #include <ucs/datastruct/list.h>
 #include <ucs/memory/memory_type.h>
 #include <stdint.h>
@@ -25,7 +26,9 @@ typedef struct span_registry_stats {
 } span_registry_stats_t;
 
 typedef struct span_registry_entry {
-    ucs_list_link_t       list;
+    ucs_list_link_t       list;        /* every entry, for invalidation */
+    ucs_hlist_link_t      by_start;    /* bucket of its start */
+    ucs_hlist_link_t      by_identity; /* bucket of its identity, if any */
     const void            *owner; /* the twin MD; NULL: not in the registry */
     uint64_t              start;
     uint64_t              length;
@@ -45,7 +48,7 @@ span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           uint64_t identity);
 
 /* A valid entry of owner that holds [start, start + length) whole, of this
- * identity, with one more reference, or NULL */
+ * identity (not 0), with one more reference, or NULL */
 span_registry_entry_t *span_registry_find_within(const void *owner,
                                                  uint64_t start,
                                                  uint64_t length,

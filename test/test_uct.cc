@@ -1049,6 +1049,38 @@ TEST_F(span_registry, hit_shares_and_yields_a_complete_key)
     ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h3));
 }
 
+/* Thousands of live registrations: every request for one of them is a hit
+ * on it, not on a neighbour that shares its index bucket */
+TEST_F(span_registry, many_registrations_each_hit_their_own)
+{
+    const size_t pages = 5000, page = 4096;
+    uint8_t *area = (uint8_t*)mmap(NULL, pages * page, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(MAP_FAILED, (void*)area);
+    long before = made();
+    std::vector<uct_mem_h> first(pages), second(pages);
+    for (size_t i = 0; i < pages; ++i) {
+        first[i] = reg(area + i * page, page);
+    }
+    EXPECT_EQ(before + long(pages), made());
+    for (size_t i = 0; i < pages; ++i) {
+        second[i] = reg(area + i * page, page);
+        ASSERT_EQ(first[i], second[i]) << "page " << i;
+    }
+    EXPECT_EQ(before + long(pages), made()) << "a request was not shared";
+    /* a range that starts like a registered one but is longer is no hit */
+    uct_mem_h longer = reg(area, 2 * page);
+    EXPECT_NE(first[0], longer);
+    for (auto h : first) {
+        ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+    }
+    for (auto h : second) {
+        ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+    }
+    ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, longer));
+    munmap(area, pages * page);
+}
+
 TEST_F(span_registry, memory_mapped_again_is_registered_anew)
 {
     long before  = made();

@@ -1,0 +1,123 @@
+/*
+ * Cost of the registry as it fills: COUNT distinct pages of one mapping
+ * registered through a twin MD (each a new registration), the same pages
+ * registered again (each a shared hit), then every handle deregistered.
+ * Nanoseconds per request, median of RUNS runs. A registry whose lookups
+ * walk every live registration shows per-request times that grow with
+ * COUNT; one that hashes them does not.
+ *
+ * Usage: span_bench_registry [COUNT [RUNS [MD]]] (MD default cma+); needs
+ * UCX_MODULE_DIR.
+ */
+#include "tools/span_stats.h"
+
+#include <uct/api/uct.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define SPAN_BENCH_PAGE     4096
+#define SPAN_BENCH_MAX_RUNS 99
+
+static uct_md_h span_bench_md_open(const char *name)
+{
+    uct_component_h *components;
+    uct_component_attr_t attr;
+    uct_md_config_t *config;
+    uct_md_h md = NULL;
+    unsigned i, count;
+
+    if (uct_query_components(&components, &count) != UCS_OK) {
+        return NULL;
+    }
+    for (i = 0; (i < count) && (md == NULL); ++i) {
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+        if ((uct_component_query(components[i], &attr) != UCS_OK) ||
+            strcmp(attr.name, "span") ||
+            (uct_md_config_read(components[i], NULL, NULL, &config) !=
+             UCS_OK)) {
+            continue;
+        }
+        if (uct_md_open(components[i], name, config, &md) != UCS_OK) {
+            md = NULL;
+        }
+        uct_config_release(config);
+    }
+    uct_release_component_list(components);
+    return md;
+}
+
+/* Seconds for count registrations of distinct pages, written to memh */
+static double span_bench_reg_pages(uct_md_h md, char *base, unsigned count,
+                                   uct_mem_h *memh)
+{
+    double start = span_stats_now();
+    unsigned i;
+
+    for (i = 0; i < count; ++i) {
+        if (uct_md_mem_reg(md, base + ((size_t)i * SPAN_BENCH_PAGE),
+                           SPAN_BENCH_PAGE, UCT_MD_MEM_ACCESS_ALL,
+                           &memh[i]) != UCS_OK) {
+            fprintf(stderr, "registration %u failed\n", i);
+            return -1;
+        }
+    }
+    return span_stats_now() - start;
+}
+
+static double span_bench_dereg(uct_md_h md, unsigned count, uct_mem_h *memh)
+{
+    double start = span_stats_now();
+    unsigned i;
+
+    for (i = 0; i < count; ++i) {
+        uct_md_mem_dereg(md, memh[i]);
+    }
+    return span_stats_now() - start;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned count = (argc > 1) ? strtoul(argv[1], NULL, 0) : 10000;
+    unsigned runs  = (argc > 2) ? strtoul(argv[2], NULL, 0) : 5;
+    const char *name = (argc > 3) ? argv[3] : "cma+";
+    double t_new[SPAN_BENCH_MAX_RUNS], t_hit[SPAN_BENCH_MAX_RUNS],
+           t_dereg[SPAN_BENCH_MAX_RUNS];
+    uct_mem_h *memh;
+    uct_md_h md;
+    char *base;
+    unsigned r;
+
+    if ((count == 0) || (runs == 0) || (runs > SPAN_BENCH_MAX_RUNS)) {
+        fprintf(stderr, "usage: %s [COUNT [RUNS <= %d [MD]]]\n", argv[0],
+                SPAN_BENCH_MAX_RUNS);
+        return 2;
+    }
+    md   = span_bench_md_open(name);
+    memh = calloc(2 * (size_t)count, sizeof(*memh));
+    base = mmap(NULL, (size_t)count * SPAN_BENCH_PAGE, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if ((md == NULL) || (memh == NULL) || (base == MAP_FAILED)) {
+        fprintf(stderr, "cannot open %s (is UCX_MODULE_DIR set?) or map %u "
+                "pages\n", name, count);
+        return 1;
+    }
+    for (r = 0; r < runs; ++r) {
+        t_new[r]   = span_bench_reg_pages(md, base, count, memh);
+        t_hit[r]   = span_bench_reg_pages(md, base, count, memh + count);
+        t_dereg[r] = span_bench_dereg(md, 2 * count, memh);
+        if ((t_new[r] < 0) || (t_hit[r] < 0)) {
+            return 1;
+        }
+    }
+    printf("| %s | %u | %.1f | %.1f | %.1f |\n", name, count,
+           span_stats_median(t_new, runs) * 1e9 / count,
+           span_stats_median(t_hit, runs) * 1e9 / count,
+           span_stats_median(t_dereg, runs) * 1e9 / (2 * count));
+    uct_md_close(md);
+    munmap(base, (size_t)count * SPAN_BENCH_PAGE);
+    free(memh);
+    return 0;
+}

@@ -243,6 +243,18 @@ static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
     return UCS_OK;
 }
 
+/* Withdraws what a sealed handle published beside its key: the spilled
+ * keys and the exported units */
+static void span_memh_unpublish(span_memh_t *memh)
+{
+    if (memh->spilled) {
+        span_spill_remove(&memh->spill);
+    }
+    if (memh->vmm_fds != NULL) {
+        span_md_vmm_unexport(memh, memh->geom.num_chunks);
+    }
+}
+
 /* Packs the inner key of every chunk and the span rkey, once: a region
  * whose keys do not fit is refused here, not at transfer time */
 static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
@@ -380,10 +392,12 @@ static void span_md_vmm_narrowed_hint(span_md_t *smd, void *address,
     uint64_t next_base, next_size;
     const char *whole;
 
-    whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
     if (__atomic_load_n(&told, __ATOMIC_RELAXED) || (cuda->num_units != 1) ||
-        ((uintptr_t)address != cuda->base) ||
-        (length != cuda->length) || ((whole != NULL) && (*whole == '\0')) ||
+        ((uintptr_t)address != cuda->base) || (length != cuda->length)) {
+        return;
+    }
+    whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
+    if (((whole != NULL) && (*whole == '\0')) ||
         !span_cuda_vmm_exportable(cuda->base) ||
         (smd->cuda->range(cuda->base + cuda->length, &next_base,
                           &next_size) != UCS_OK) ||
@@ -610,12 +624,7 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
     if ((memh->entry.owner != NULL) && !span_registry_release(&memh->entry)) {
         return UCS_OK; /* shared: others hold it still */
     }
-    if (memh->spilled) {
-        span_spill_remove(&memh->spill);
-    }
-    if (memh->vmm_fds != NULL) {
-        span_md_vmm_unexport(memh, memh->geom.num_chunks);
-    }
+    span_memh_unpublish(memh);
     status = span_md_chunks_dereg(smd, memh, memh->num_inner);
     free(memh);
     return status;
@@ -714,12 +723,7 @@ static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
     span_memh_t *smem = memh;
     ucs_status_t status;
 
-    if (smem->spilled) {
-        span_spill_remove(&smem->spill);
-    }
-    if (smem->vmm_fds != NULL) {
-        span_md_vmm_unexport(smem, smem->geom.num_chunks);
-    }
+    span_memh_unpublish(smem);
     status = smd->inner->ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);
     return status;

@@ -11,6 +11,7 @@
  * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu_suite.sh runs it.
  */
 #include "tools/span_gpu.h"
+#include "tools/span_md_open.h"
 #include "tools/span_pair.h"
 #include "tools/span_stats.h"
 #include "resolvers/span_cuda.h"
@@ -64,33 +65,6 @@ static int span_bench_units(unsigned handles)
     return 0;
 }
 
-static uct_md_h span_bench_md_open(const char *component_name,
-                                   const char *md_name)
-{
-    uct_component_h *components;
-    uct_component_attr_t attr;
-    uct_md_config_t *config;
-    uct_md_h md = NULL;
-    unsigned i, count;
-
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (i = 0; i < count; ++i) {
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) != UCS_OK) ||
-            strcmp(attr.name, component_name) ||
-            (uct_md_config_read(components[i], NULL, NULL, &config) !=
-             UCS_OK)) {
-            continue;
-        }
-        uct_md_open(components[i], md_name, config, &md);
-        uct_config_release(config);
-    }
-    uct_release_component_list(components);
-    return md;
-}
-
 /* Seconds to register, pack and deregister count sub-buffers */
 static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
                                  uct_mem_h *memh)
@@ -123,8 +97,8 @@ static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
 
 static int span_bench_reg(unsigned count, int runs)
 {
-    uct_md_h native = span_bench_md_open("cuda_ipc", "cuda_ipc");
-    uct_md_h twin   = span_bench_md_open("span", "cuda_ipc+");
+    uct_md_h native = span_md_open_by_name("cuda_ipc", "cuda_ipc");
+    uct_md_h twin   = span_md_open_by_name("span", "cuda_ipc+");
     double t_native[SPAN_BENCH_MAX_RUNS], t_twin[SPAN_BENCH_MAX_RUNS];
     uct_mem_h *memh = calloc(count, sizeof(*memh));
     span_gpu_buf_t dev;

@@ -10,6 +10,7 @@
  * UCX_MODULE_DIR.
  */
 #include "tools/span_stats.h"
+#include "tools/span_md_open.h"
 
 #include <uct/api/uct.h>
 
@@ -20,34 +21,6 @@
 
 #define SPAN_BENCH_PAGE     4096
 #define SPAN_BENCH_MAX_RUNS 99
-
-static uct_md_h span_bench_md_open(const char *name)
-{
-    uct_component_h *components;
-    uct_component_attr_t attr;
-    uct_md_config_t *config;
-    uct_md_h md = NULL;
-    unsigned i, count;
-
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (i = 0; (i < count) && (md == NULL); ++i) {
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) != UCS_OK) ||
-            strcmp(attr.name, "span") ||
-            (uct_md_config_read(components[i], NULL, NULL, &config) !=
-             UCS_OK)) {
-            continue;
-        }
-        if (uct_md_open(components[i], name, config, &md) != UCS_OK) {
-            md = NULL;
-        }
-        uct_config_release(config);
-    }
-    uct_release_component_list(components);
-    return md;
-}
 
 /* Seconds for count registrations of distinct pages, written to memh */
 static double span_bench_reg_pages(uct_md_h md, char *base, unsigned count,
@@ -95,7 +68,7 @@ int main(int argc, char **argv)
                 SPAN_BENCH_MAX_RUNS);
         return 2;
     }
-    md   = span_bench_md_open(name);
+    md   = span_md_open_by_name("span", name);
     memh = calloc(2 * (size_t)count, sizeof(*memh));
     base = mmap(NULL, (size_t)count * SPAN_BENCH_PAGE, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

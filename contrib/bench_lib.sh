@@ -23,3 +23,12 @@ perftest_bw() {
     wait "$server"
     echo "$out" | awk 'END {print $6}'
 }
+# UCX_PROTO_INFO tables as one line per range: "<operation>: <range> <how> <over>"
+proto_rows() {
+    awk -F'|' '
+        NF == 3 && $2 ~ / by ucp_/ { title = $2; gsub(/^ +| +$/, "", title); next }
+        title != "" && NF >= 5 && $2 ~ /[0-9]+\.\.[0-9a-z]+/ {
+            for (i = 2; i <= 4; ++i) gsub(/^ +| +$/, "", $i)
+            print title ": " $2 " " $3 " " $4
+        }'
+}

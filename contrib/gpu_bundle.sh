@@ -22,6 +22,8 @@ cp -L "$top/src/.libs/libuct_span.so.0" "$out/span/"
 for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
 done
+# the test harness, for the PyTorch target (contrib/span_torch_target.py)
+cp -L "$top/tools/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py
 gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src" -I"$ucx/include" \
     $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \

@@ -29,6 +29,12 @@ rc=0
 if part 1; then
 echo
 echo "## 1. GPU tests"
+if python3 -c 'import torch' 2>/dev/null; then
+    # the torch_* cases: the target is a PyTorch process
+    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
+else
+    echo "(no torch here: the torch_* cases skip)"
+fi
 "$gpu/bin/span_gpu_test" > /tmp/span_gpu_test.log 2>&1
 rc=$?
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
@@ -39,7 +45,7 @@ fi
 echo '| case | transport | test | GPUs | ops right | bytes wrong | ops failed | RMA lane |'
 echo '|---|---|---|---|---|---|---|---|'
 grep '^GPU|' /tmp/span_gpu_test.log | sed 's/^GPU|/|/; s/$/ |/'
-grep -E '^GPU suite|FAILED  \]' /tmp/span_gpu_test.log
+grep -E '^GPU suite|FAILED  \]|SKIPPED \]' /tmp/span_gpu_test.log
 echo "span_gpu_test exit: $rc"
 fi
 
@@ -62,16 +68,19 @@ echo
 echo "## 8. Put/get of 256 MiB into VMM memory of 32 handles (twin) vs cudaMalloc (native), GB/s, median of $runs"
 echo '| what | put | get |'
 echo '|---|---|---|'
-for what in "3 32 cuda_copy,cuda_ipc+,posix" "1 0 cuda_copy,cuda_ipc,posix" \
-            "3 32 cuda_copy,cuda_ipc,posix"; do
+for what in "3 32 cuda_copy,cuda_ipc+,posix auto" "1 0 cuda_copy,cuda_ipc,posix auto" \
+            "3 32 cuda_copy,cuda_ipc,posix auto" "3 32 cuda_copy,cuda_ipc+,posix y" \
+            "1 0 cuda_copy,cuda_ipc,posix y"; do
     set -- $what
     p=() g=()
     for ((r = 0; r < runs; r++)); do
-        line=$("$gpu/bin/span_bench_gpu" bw $1 $2 256 10 $3 2>/dev/null | grep '^BW')
+        line=$(UCX_CUDA_IPC_ENABLE_GET_ZCOPY=$4 "$gpu/bin/span_bench_gpu" bw \
+               $1 $2 256 10 $3 2>/dev/null | grep '^BW')
         p+=("$(echo "$line" | awk '{print $7}')")
         g+=("$(echo "$line" | awk '{print $9}')")
     done
-    printf '| %s %s %s | %s | %s |\n' "$(echo "$line" | awk '{print $2}')" $2 $3 \
+    printf '| %s %s %s, get zcopy %s | %s | %s |\n' \
+        "$(echo "$line" | awk '{print $2}')" $2 $3 $4 \
         "$(printf '%s\n' "${p[@]}" | median)" "$(printf '%s\n' "${g[@]}" | median)"
 done
 }
@@ -79,16 +88,20 @@ done
 part 2 && {
 echo
 echo "## 2. Protocols UCP selects for cudaMalloc memory (UCX_PROTO_INFO=y)"
+echo "(get also with UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y: cuda_ipc turns get off"
+echo " where device 0 has no NVLink)"
 for tls in $native $twin; do
-    for t in ucp_put_bw ucp_get; do
+    for t in ucp_put_bw ucp_get ucp_get:y; do
         port=$((port + 1))
+        getz=${t#*:}; [ "$getz" = "$t" ] && getz=auto
+        export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=$getz
         UCX_TLS=$tls "$perftest" -p "$port" -m cuda >/dev/null 2>&1 &
         sleep 0.3
         UCX_PROTO_INFO=y UCX_TLS=$tls "$perftest" 127.0.0.1 -p "$port" \
-            -t $t -m cuda -s $((64 << 20)) -n 4 2>&1 |
-            grep -E 'cuda_ipc' | grep -E 'put|get|zcopy|copy' | head -3 |
-            sed "s/^/$tls $t: /"
+            -t "${t%:*}" -m cuda -s $((64 << 20)) -n 4 2>&1 | proto_rows |
+            grep -E "by ucp_${t:4:3}" | sed "s/^/$tls ${t%:*} get_zcopy=$getz: /"
         wait
+        unset UCX_CUDA_IPC_ENABLE_GET_ZCOPY
     done
 done
 }
@@ -104,16 +117,19 @@ echo
 echo "## 4. ucx_perftest -m cuda, 256 MiB, MB/s, median of $runs"
 echo '| test | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|'
-for test in ucp_put_bw ucp_get; do
+for test in ucp_put_bw ucp_get ucp_get:y; do
+    getz=${test#*:}; [ "$getz" = "$test" ] && getz=auto
+    export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=$getz
     n=() t=()
     for ((r = 0; r < runs; r++)); do
-        n+=("$(perftest_bw $native $test $((256 << 20)) 50 -m cuda)")
-        t+=("$(perftest_bw $twin $test $((256 << 20)) 50 -m cuda)")
+        n+=("$(perftest_bw $native ${test%:*} $((256 << 20)) 50 -m cuda)")
+        t+=("$(perftest_bw $twin ${test%:*} $((256 << 20)) 50 -m cuda)")
     done
+    unset UCX_CUDA_IPC_ENABLE_GET_ZCOPY
     mn=$(printf '%s\n' "${n[@]}" | median)
     mt=$(printf '%s\n' "${t[@]}" | median)
-    printf '| %s | %.1f | %.1f | %.3f |\n' $test "$mn" "$mt" \
-           "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print t / n}')"
+    printf '| %s (get zcopy %s) | %.1f | %.1f | %.3f |\n' ${test%:*} $getz \
+           "$mn" "$mt" "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print t / n}')"
 done
 }
 

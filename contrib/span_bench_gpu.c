@@ -4,7 +4,8 @@
  *                        physical allocations (and one cudaMalloc buffer)
  *   reg COUNT RUNS       registering COUNT sub-buffers of one 256 MiB
  *                        cudaMalloc allocation (mem_reg + mkey_pack, then
- *                        dereg) through cuda_ipc and cuda_ipc+, median ms
+ *                        dereg) through cuda_ipc and cuda_ipc+, median ms,
+ *                        and the driver calls alone that the twin makes
  *   bw KIND HANDLES MIB ITERS TLS
  *                        put and get bandwidth between two processes over
  *                        UCP into device memory of a kind (span_gpu.h)
@@ -95,17 +96,39 @@ static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
     return end - start;
 }
 
+/* Seconds of the one driver call the twin makes per registration inside a
+ * registered allocation (the buffer id that tells a new allocation at an
+ * old address from the old one): the floor of its time */
+static double span_bench_buffer_id_run(char *base, unsigned count)
+{
+    const span_cuda_ops_t *ops = span_cuda_driver();
+    double start               = span_stats_now();
+    uint64_t id;
+    unsigned i;
+
+    for (i = 0; i < count; ++i) {
+        if (ops->buffer_id((uintptr_t)base + ((size_t)i * 8192) + 64, &id) !=
+            UCS_OK) {
+            fprintf(stderr, "buffer id query %u failed\n", i);
+            return -1;
+        }
+    }
+    return span_stats_now() - start;
+}
+
 static int span_bench_reg(unsigned count, int runs)
 {
     uct_md_h native = span_md_open_by_name("cuda_ipc", "cuda_ipc");
     uct_md_h twin   = span_md_open_by_name("span", "cuda_ipc+");
     double t_native[SPAN_BENCH_MAX_RUNS], t_twin[SPAN_BENCH_MAX_RUNS];
+    double t_id[SPAN_BENCH_MAX_RUNS], mi;
     uct_mem_h *memh = calloc(count, sizeof(*memh));
     span_gpu_buf_t dev;
     double mn, mt;
     int r;
 
     if ((native == NULL) || (twin == NULL) || (memh == NULL) ||
+        (span_cuda_driver() == NULL) ||
         ((size_t)count * 8192 > (256u << 20)) ||
         (span_gpu_alloc(SPAN_GPU_MALLOC, 256u << 20, 0, NULL, &dev) !=
          UCS_OK)) {
@@ -115,11 +138,15 @@ static int span_bench_reg(unsigned count, int runs)
     for (r = 0; r < runs; ++r) { /* interleaved */
         t_native[r] = span_bench_reg_run(native, dev.ptr, count, memh);
         t_twin[r]   = span_bench_reg_run(twin, dev.ptr, count, memh);
+        t_id[r]     = span_bench_buffer_id_run(dev.ptr, count);
     }
     mn = span_stats_median(t_native, runs) * 1e3;
     mt = span_stats_median(t_twin, runs) * 1e3;
+    mi = span_stats_median(t_id, runs) * 1e3;
     printf("| register + pack %u sub-buffers | %10.2f | %10.2f | %6.3f |\n",
            count, mn, mt, mt / mn);
+    printf("| of which %u buffer id queries | | %10.2f | %6.3f |\n", count,
+           mi, mi / mn);
     uct_md_close(native);
     uct_md_close(twin);
     span_gpu_free(&dev);

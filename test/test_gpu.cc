@@ -49,8 +49,12 @@ protected:
         if (!gpu_present) {
             GTEST_SKIP() << gpu_reason;
         }
-        ASSERT_EQ(UCS_OK, span_pair_start(&m_pair, SPAN_PAIR_FORK, tls(),
-                                          UCP_FEATURE_RMA | UCP_FEATURE_TAG));
+        if (gcase().kind == SPAN_GPU_EXTERNAL) {
+            ASSERT_NO_FATAL_FAILURE(start_torch_target());
+        } else {
+            ASSERT_EQ(UCS_OK, span_pair_start(&m_pair, SPAN_PAIR_FORK, tls(),
+                                              features));
+        }
         m_started         = true;
         m_pair.local_cuda = 1;
         char reason[256];
@@ -65,6 +69,40 @@ protected:
         if (m_started) {
             EXPECT_EQ(0, span_pair_stop(&m_pair));
         }
+    }
+
+    /* The target is a PyTorch process whose tensor is the memory */
+    void start_torch_target()
+    {
+        const char *target = getenv("SPAN_GPU_TORCH_TARGET");
+        if (target == NULL) {
+            GTEST_SKIP() << "no PyTorch target: SPAN_GPU_TORCH_TARGET is "
+                            "unset (contrib/gpu_suite.sh sets it where torch "
+                            "imports)";
+        }
+        std::vector<std::string> words;
+        std::string word;
+        for (const char *c = target;; ++c) {
+            if ((*c == ' ') || (*c == '\0')) {
+                if (!word.empty()) {
+                    words.push_back(word);
+                }
+                word.clear();
+                if (*c == '\0') {
+                    break;
+                }
+            } else {
+                word += *c;
+            }
+        }
+        words.push_back(std::to_string(gcase().units));
+        std::vector<char*> argv;
+        for (auto &w : words) {
+            argv.push_back(&w[0]);
+        }
+        argv.push_back(nullptr);
+        ASSERT_EQ(UCS_OK, span_pair_start_exec(&m_pair, tls(), features,
+                                               argv.data()));
     }
 
     const gpu_case &gcase() const { return std::get<0>(GetParam()); }
@@ -128,7 +166,7 @@ protected:
         size_t start = m_region.reg_offset, end = start + m_region.reg_length;
         std::vector<std::pair<size_t, size_t>> v = {{start, end - start},
                                                     {start + 1, 4109}};
-        if (gcase().kind == SPAN_GPU_VMM) {
+        if (gcase().handles > 0) {
             size_t hsize = alloc_length() / gcase().handles;
             for (size_t b = hsize; b < end; b += hsize) {
                 if ((b > start + 2000) && (b + 2109 <= end)) {
@@ -178,6 +216,8 @@ protected:
         report(what, right, list.size(), wrong, failed);
     }
 
+    static const uint64_t features = UCP_FEATURE_RMA | UCP_FEATURE_TAG;
+
     span_pair_t        m_pair    = {};
     span_pair_region_t m_region  = {};
     bool               m_started = false;
@@ -194,6 +234,10 @@ TEST_P(gpu_pair, put_get)
  * moves the new memory's bytes, never the old handle's */
 TEST_P(gpu_pair, free_and_allocate_again_at_the_same_address)
 {
+    if (gcase().kind == SPAN_GPU_EXTERNAL) {
+        GTEST_SKIP() << "the tensor is PyTorch's to free: the target cannot "
+                        "allocate again at its address";
+    }
     ASSERT_NO_FATAL_FAILURE(map(7));
     ASSERT_EQ(0u, put_get(m_region.reg_offset, 4096, 50, 7));
     ucs_status_t status = span_pair_remap(&m_pair, &m_region, 7);
@@ -216,6 +260,12 @@ std::vector<gpu_case> cases()
         {"vmm_16_handles", SPAN_GPU_VMM, 16, 16, 0, 0, false},
         {"vmm_16_sub_odd", SPAN_GPU_VMM, 16, 16, 3 * MiB + 4109,
          5 * MiB + 13, false},
+        /* PyTorch, expandable_segments:True: 300 MiB in 15 pages of
+         * 20 MiB; the whole tensor, and its second half from an odd
+         * offset */
+        {"torch_expandable", SPAN_GPU_EXTERNAL, 15, 300, 0, 0, false},
+        {"torch_second_half", SPAN_GPU_EXTERNAL, 15, 300, 150 * MiB + 4109,
+         13, false},
     };
 }
 

@@ -15,11 +15,25 @@
 #include <unistd.h>
 
 const char *span_gpu_kind_names[] = {
-    [SPAN_GPU_HOST]   = "host",
-    [SPAN_GPU_MALLOC] = "cudaMalloc",
-    [SPAN_GPU_ASYNC]  = "cudaMallocAsync",
-    [SPAN_GPU_VMM]    = "VMM"
+    [SPAN_GPU_HOST]     = "host",
+    [SPAN_GPU_MALLOC]   = "cudaMalloc",
+    [SPAN_GPU_ASYNC]    = "cudaMallocAsync",
+    [SPAN_GPU_VMM]      = "VMM",
+    [SPAN_GPU_EXTERNAL] = "external"
 };
+
+static struct {
+    void   *ptr;
+    size_t length;
+    int    taken;
+} span_gpu_external;
+
+void span_gpu_external_set(void *ptr, size_t length)
+{
+    span_gpu_external.ptr    = ptr;
+    span_gpu_external.length = length;
+    span_gpu_external.taken  = 0;
+}
 
 int span_gpu_probe(char *reason, size_t size)
 {
@@ -230,6 +244,18 @@ err:
     return UCS_ERR_NO_MEMORY;
 }
 
+static ucs_status_t span_gpu_external_take(size_t length, void *at,
+                                           span_gpu_buf_t *buf)
+{
+    if ((span_gpu_external.ptr == NULL) || span_gpu_external.taken ||
+        (length > span_gpu_external.length) || (at != NULL)) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    span_gpu_external.taken = 1;
+    buf->ptr                = span_gpu_external.ptr;
+    return UCS_OK;
+}
+
 ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
                             unsigned handles, void *at, span_gpu_buf_t *buf)
 {
@@ -258,6 +284,8 @@ ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
         break;
     case SPAN_GPU_VMM:
         return span_gpu_vmm_alloc(length, handles, at, buf);
+    case SPAN_GPU_EXTERNAL:
+        return span_gpu_external_take(length, at, buf);
     default:
         return UCS_ERR_INVALID_PARAM;
     }
@@ -283,6 +311,9 @@ void span_gpu_free(span_gpu_buf_t *buf)
         break;
     case SPAN_GPU_VMM:
         span_gpu_vmm_free(buf);
+        break;
+    case SPAN_GPU_EXTERNAL:
+        span_gpu_external.taken = 0;
         break;
     default:
         break;

@@ -21,6 +21,8 @@ typedef enum {
     SPAN_GPU_ASYNC,   /* cuMemAllocAsync from the device's default pool */
     SPAN_GPU_VMM,     /* cuMemCreate handles (POSIX fd shareable) mapped
                          back to back into one reserved range */
+    SPAN_GPU_EXTERNAL, /* device memory of another allocator of this process
+                          (a PyTorch tensor), see span_gpu_external_set */
     SPAN_GPU_KIND_LAST
 } span_gpu_kind_t;
 
@@ -51,6 +53,12 @@ size_t span_gpu_vmm_granularity(void);
 ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
                             unsigned handles, void *at, span_gpu_buf_t *buf);
 void span_gpu_free(span_gpu_buf_t *buf);
+
+/* Hands [ptr, ptr + length) of device memory that this process got from
+ * another allocator to the next SPAN_GPU_EXTERNAL allocation (of at most
+ * length bytes, at no requested address); freeing it hands it back. The
+ * memory stays the other allocator's: it is never freed here. */
+void span_gpu_external_set(void *ptr, size_t length);
 
 /* Synchronous copy between any two of host and device memory */
 ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length);

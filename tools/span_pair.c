@@ -7,6 +7,7 @@
 #include "span_gpu.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -631,8 +632,38 @@ static ucs_status_t span_pair_connect(span_pair_t *pair,
     return ucp_ep_create(pair->worker, &params, &pair->ep);
 }
 
+/* The exec'ed target finds its socket and UCP settings in the environment */
+static void span_pair_exec_target(int sock, const char *tls, uint64_t features,
+                                  char *const argv[])
+{
+    char value[32];
+
+    snprintf(value, sizeof(value), "%d", sock);
+    setenv("SPAN_PAIR_SOCK", value, 1);
+    snprintf(value, sizeof(value), "%" PRIu64, features);
+    setenv("SPAN_PAIR_FEATURES", value, 1);
+    setenv("SPAN_PAIR_TLS", tls, 1);
+    execvp(argv[0], argv);
+    fprintf(stderr, "span_pair: cannot run %s: %m\n", argv[0]);
+}
+
+int span_pair_target_main(void)
+{
+    const char *sock     = getenv("SPAN_PAIR_SOCK");
+    const char *tls      = getenv("SPAN_PAIR_TLS");
+    const char *features = getenv("SPAN_PAIR_FEATURES");
+
+    if ((sock == NULL) || (tls == NULL) || (features == NULL)) {
+        fprintf(stderr, "span_pair: not started by span_pair_start_exec\n");
+        return 1;
+    }
+    return span_pair_target_serve(atoi(sock), tls,
+                                  strtoull(features, NULL, 0));
+}
+
 static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
-                                          uint64_t features)
+                                          uint64_t features,
+                                          char *const argv[])
 {
     ucs_status_t status = UCS_ERR_IO_ERROR;
     uint64_t length;
@@ -653,6 +684,10 @@ static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
             _exit(1);
         }
         close(fds[0]);
+        if (argv != NULL) {
+            span_pair_exec_target(fds[1], tls, features, argv);
+            _exit(127);
+        }
         _exit(span_pair_target_serve(fds[1], tls, features));
     }
     close(fds[1]);
@@ -675,6 +710,21 @@ static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
     return status;
 }
 
+static void span_pair_init(span_pair_t *pair, span_pair_mode_t mode)
+{
+    memset(pair, 0, sizeof(*pair));
+    pair->mode  = mode;
+    pair->sock  = -1;
+    pair->child = -1;
+}
+
+ucs_status_t span_pair_start_exec(span_pair_t *pair, const char *tls,
+                                  uint64_t features, char *const argv[])
+{
+    span_pair_init(pair, SPAN_PAIR_FORK);
+    return span_pair_start_child(pair, tls, features, argv);
+}
+
 ucs_status_t span_pair_start(span_pair_t *pair, span_pair_mode_t mode,
                              const char *tls, uint64_t features)
 {
@@ -682,13 +732,10 @@ ucs_status_t span_pair_start(span_pair_t *pair, span_pair_mode_t mode,
     size_t address_length;
     ucs_status_t status;
 
-    memset(pair, 0, sizeof(*pair));
-    pair->mode  = mode;
-    pair->sock  = -1;
-    pair->child = -1;
+    span_pair_init(pair, mode);
     if (mode == SPAN_PAIR_FORK) {
         /* Fork before UCP exists here: a child must not inherit a context */
-        return span_pair_start_child(pair, tls, features);
+        return span_pair_start_child(pair, tls, features, NULL);
     }
     status = span_pair_ucp_init(tls, features, &pair->context, &pair->worker);
     if (status != UCS_OK) {

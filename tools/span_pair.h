@@ -76,6 +76,17 @@ size_t span_pair_mismatches(const void *buf, size_t length, unsigned seed,
 ucs_status_t span_pair_start(span_pair_t *pair, span_pair_mode_t mode,
                              const char *tls, uint64_t features);
 
+/* SPAN_PAIR_FORK where the target is another program: the child execs argv
+ * (NULL-terminated), which must call span_pair_target_main, e.g. a Python
+ * process that serves memory of its own allocator (span_gpu_external_set)
+ * through this code loaded as a library. */
+ucs_status_t span_pair_start_exec(span_pair_t *pair, const char *tls,
+                                  uint64_t features, char *const argv[]);
+
+/* The target's loop in a program span_pair_start_exec started; its exit
+ * code (0 when the initiator stopped it cleanly). */
+int span_pair_target_main(void);
+
 /* Returns 0 when the target exited cleanly. */
 int span_pair_stop(span_pair_t *pair);
 

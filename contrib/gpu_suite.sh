@@ -45,7 +45,9 @@ fi
 echo '| case | transport | test | GPUs | ops right | bytes wrong | ops failed | RMA lane |'
 echo '|---|---|---|---|---|---|---|---|'
 grep '^GPU|' /tmp/span_gpu_test.log | sed 's/^GPU|/|/; s/$/ |/'
-grep -E '^GPU suite|FAILED  \]|SKIPPED \]' /tmp/span_gpu_test.log
+grep -E '^GPU suite|FAILED  \]' /tmp/span_gpu_test.log
+echo "skipped: $(grep -E '^\[  SKIPPED \] [a-z]' /tmp/span_gpu_test.log |
+                 sed 's/ (.*//' | sort -u | wc -l) test(s)"
 echo "span_gpu_test exit: $rc"
 fi
 

@@ -5,8 +5,16 @@
  * fixed arrays of intrusive buckets, never resized. Requests find entries
  * through a bucket (of the exact start, or of the memory's identity for a
  * buffer inside a device allocation), so their cost does not grow with the
- * number of registrations. Events walk the list of every entry, and only
- * when they overlap the listed span (most unmaps of a process do not).
+ * number of registrations.
+ *
+ * Events (every unmap of the process that falls in the listed span) find
+ * the entries they overlap through a grid of levels: an entry no longer
+ * than 2^shift of the first level that admits it is filed under the region
+ * (start >> shift) of its start, so whatever overlaps [start, end) starts
+ * in a region from (start - 2^shift + 1) >> shift to (end - 1) >> shift:
+ * a few buckets per level, not every entry. Entries longer than the last
+ * level are listed apart; an event wider than a level's buckets walks the
+ * list of every entry.
  */
 #include "span_registry.h"
 
@@ -16,11 +24,19 @@
 #include <pthread.h>
 
 #define SPAN_REGISTRY_BUCKETS_LOG 12
+#define SPAN_REGISTRY_BUCKETS     (1ul << SPAN_REGISTRY_BUCKETS_LOG)
+#define SPAN_REGISTRY_LEVELS      4
+
+/* 2 MiB, 128 MiB, 8 GiB, 512 GiB */
+static const unsigned span_registry_shift[SPAN_REGISTRY_LEVELS] = {21, 27, 33,
+                                                                    39};
 
 static UCS_LIST_HEAD(span_registry_list);
-static ucs_hlist_head_t span_registry_by_start[1 << SPAN_REGISTRY_BUCKETS_LOG];
 static ucs_hlist_head_t
-        span_registry_by_identity[1 << SPAN_REGISTRY_BUCKETS_LOG];
+        span_registry_by_region[SPAN_REGISTRY_LEVELS][SPAN_REGISTRY_BUCKETS];
+static ucs_hlist_head_t span_registry_huge;
+static ucs_hlist_head_t span_registry_by_start[SPAN_REGISTRY_BUCKETS];
+static ucs_hlist_head_t span_registry_by_identity[SPAN_REGISTRY_BUCKETS];
 static pthread_mutex_t span_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t        span_registry_lo   = UINT64_MAX; /* listed span */
 static uint64_t        span_registry_hi;
@@ -41,6 +57,20 @@ static ucs_hlist_head_t *span_registry_bucket(ucs_hlist_head_t *index,
 {
     return &index[(key * 0x9e3779b97f4a7c15ull) >>
                   (64 - SPAN_REGISTRY_BUCKETS_LOG)];
+}
+
+/* The bucket of the grid where an entry of this length and start is filed */
+static ucs_hlist_head_t *span_registry_region(uint64_t start, uint64_t length)
+{
+    unsigned level;
+
+    for (level = 0; level < SPAN_REGISTRY_LEVELS; ++level) {
+        if (length <= (1ull << span_registry_shift[level])) {
+            return span_registry_bucket(span_registry_by_region[level],
+                                        start >> span_registry_shift[level]);
+        }
+    }
+    return &span_registry_huge;
 }
 
 span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
@@ -116,6 +146,8 @@ void span_registry_add(span_registry_entry_t *entry)
                                                 entry->identity),
                            &entry->by_identity);
     }
+    ucs_hlist_add_tail(span_registry_region(entry->start, entry->length),
+                       &entry->by_region);
     span_registry_lo = ucs_min(span_registry_lo, entry->start);
     span_registry_hi = ucs_max(span_registry_hi,
                                entry->start + entry->length);
@@ -138,6 +170,8 @@ int span_registry_release(span_registry_entry_t *entry)
                                                entry->identity),
                           &entry->by_identity);
         }
+        ucs_hlist_del(span_registry_region(entry->start, entry->length),
+                      &entry->by_region);
         if (ucs_list_is_empty(&span_registry_list)) {
             span_registry_lo = UINT64_MAX;
             span_registry_hi = 0;
@@ -154,18 +188,70 @@ int span_registry_valid(span_registry_entry_t *entry)
     return __atomic_load_n(&entry->valid, __ATOMIC_RELAXED);
 }
 
-void span_registry_invalidate(uint64_t start, uint64_t length)
+static int span_registry_overlaps(const span_registry_entry_t *entry,
+                                  uint64_t start, uint64_t end)
 {
-    uint64_t end = start + length;
+    return entry->valid && (start < entry->start + entry->length) &&
+           (entry->start < end);
+}
+
+static void span_registry_invalidate_in(ucs_hlist_head_t *bucket,
+                                        uint64_t start, uint64_t end)
+{
     span_registry_entry_t *entry;
 
+    ucs_hlist_for_each(entry, bucket, by_region) {
+        if (span_registry_overlaps(entry, start, end)) {
+            span_registry_stale(entry, start, end - start, "was freed");
+        }
+    }
+}
+
+static void span_registry_invalidate_all(uint64_t start, uint64_t end)
+{
+    span_registry_entry_t *entry;
+
+    ucs_list_for_each(entry, &span_registry_list, list) {
+        if (span_registry_overlaps(entry, start, end)) {
+            span_registry_stale(entry, start, end - start, "was freed");
+        }
+    }
+}
+
+static void span_registry_invalidate_grid(uint64_t start, uint64_t end)
+{
+    uint64_t size, region, last;
+    unsigned level, shift;
+
+    for (level = 0; level < SPAN_REGISTRY_LEVELS; ++level) {
+        shift  = span_registry_shift[level];
+        size   = 1ull << shift;
+        region = (start >= size) ? ((start - size + 1) >> shift) : 0;
+        last   = (end - 1) >> shift;
+        for (; region <= last; ++region) {
+            span_registry_invalidate_in(
+                    span_registry_bucket(span_registry_by_region[level],
+                                         region), start, end);
+        }
+    }
+    span_registry_invalidate_in(&span_registry_huge, start, end);
+}
+
+void span_registry_invalidate(uint64_t start, uint64_t length)
+{
+    uint64_t end = (length > UINT64_MAX - start) ? UINT64_MAX :
+                                                   start + length;
+    unsigned shift = span_registry_shift[0]; /* the most regions */
+
+    if (length == 0) {
+        return;
+    }
     pthread_mutex_lock(&span_registry_lock);
     if ((end > span_registry_lo) && (start < span_registry_hi)) {
-        ucs_list_for_each(entry, &span_registry_list, list) {
-            if (entry->valid && (start < entry->start + entry->length) &&
-                (entry->start < end)) {
-                span_registry_stale(entry, start, length, "was freed");
-            }
+        if (((end - 1) >> shift) - (start >> shift) < SPAN_REGISTRY_BUCKETS) {
+            span_registry_invalidate_grid(start, end);
+        } else {
+            span_registry_invalidate_all(start, end);
         }
     }
     pthread_mutex_unlock(&span_registry_lock);

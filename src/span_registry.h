@@ -29,6 +29,7 @@ typedef struct span_registry_entry {
     ucs_list_link_t       list;        /* every entry, for invalidation */
     ucs_hlist_link_t      by_start;    /* bucket of its start */
     ucs_hlist_link_t      by_identity; /* bucket of its identity, if any */
+    ucs_hlist_link_t      by_region;   /* for events (span_registry.c) */
     const void            *owner; /* the twin MD; NULL: not in the registry */
     uint64_t              start;
     uint64_t              length;

@@ -1103,6 +1103,73 @@ TEST_F(span_registry, memory_mapped_again_is_registered_anew)
     ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h2));
 }
 
+/* Events find registrations through a grid of levels by length, filed
+ * under the region of their start (span_registry.c): a registration of
+ * every level that straddles a region boundary of its level goes stale on
+ * an unmap of its first page, of the page at the boundary or of its last */
+TEST_F(span_registry, an_unmap_anywhere_inside_makes_a_registration_stale)
+{
+    const size_t page = 4096, GiB = size_t(1) << 30;
+    const std::pair<size_t, size_t> cases[] = {/* size, region of level */
+        {2 * page, size_t(2) << 20},
+        {size_t(3) << 20, size_t(128) << 20},
+        {size_t(200) << 20, 8 * GiB},
+        {9 * GiB, 512 * GiB}};
+    for (auto &c : cases) {
+        size_t size = c.first, region = c.second;
+        /* address space only: 2 regions, of which the registration's pages
+         * are mapped */
+        uint8_t *area = (uint8_t*)mmap(NULL, 2 * region, PROT_NONE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS |
+                                       MAP_NORESERVE, -1, 0);
+        ASSERT_NE(MAP_FAILED, (void*)area);
+        uintptr_t boundary = ((uintptr_t)area + size / 2 + region - 1) /
+                             region * region;
+        uint8_t *buf = (uint8_t*)(boundary - size / 2);
+        ASSERT_EQ(buf, mmap(buf, size, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                            MAP_FIXED, -1, 0));
+        for (size_t at : {size_t(0), size / 2, size - page}) {
+            long before  = made();
+            uct_mem_h h1 = reg(buf, size);
+            ASSERT_EQ(buf + at, remap(buf + at, page));
+            {
+                log_counter logs;
+                pack(h1, UCS_ERR_INVALID_ADDR);
+                EXPECT_EQ(1u, logs.count("was unmapped since"))
+                        << size << " bytes, page at " << at;
+            }
+            uct_mem_h h2 = reg(buf, size);
+            EXPECT_NE(h1, h2) << size << " bytes, page at " << at;
+            EXPECT_LT(before + 1, made()) << "no new registration";
+            ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h1));
+            ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h2));
+        }
+        munmap(area, 2 * region);
+    }
+}
+
+/* ... and an unmap just before or just after one leaves it served */
+TEST_F(span_registry, an_unmap_next_to_a_registration_leaves_it_valid)
+{
+    const size_t page = 4096, size = size_t(3) << 20;
+    uint8_t *area = (uint8_t*)mmap(NULL, size + 2 * page,
+                                   PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(MAP_FAILED, (void*)area);
+    uct_mem_h h1 = reg(area + page, size);
+    ASSERT_EQ(area, remap(area, page));
+    ASSERT_EQ(area + page + size, remap(area + page + size, page));
+    long before  = made();
+    uct_mem_h h2 = reg(area + page, size);
+    EXPECT_EQ(h1, h2) << "a registration was made stale by its neighbours";
+    EXPECT_EQ(before, made());
+    pack(h2);
+    ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h1));
+    ASSERT_EQ(UCS_OK, uct_md_mem_dereg(md, h2));
+    munmap(area, size + 2 * page);
+}
+
 /* 8 threads register, share, deregister and unmap overlapping ranges of
  * one area: no crash, no stale hit, nothing leaked (run under TSan by
  * contrib/sanitize.sh thread) */

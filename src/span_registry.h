@@ -26,7 +26,7 @@ typedef struct span_registry_stats {
 } span_registry_stats_t;
 
 typedef struct span_registry_entry {
-    ucs_list_link_t       list;        /* every entry, for invalidation */
+    ucs_list_link_t       list;        /* every entry, for wide events */
     ucs_hlist_link_t      by_start;    /* bucket of its start */
     ucs_hlist_link_t      by_identity; /* bucket of its identity, if any */
     ucs_hlist_link_t      by_region;   /* for events (span_registry.c) */

@@ -91,7 +91,7 @@ part 2 && {
 echo
 echo "## 2. Protocols UCP selects for cudaMalloc memory (UCX_PROTO_INFO=y)"
 echo "(get also with UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y: cuda_ipc turns get off"
-echo " where device 0 has no NVLink)"
+echo " unless NVML shows an active NVLink on device 0)"
 for tls in $native $twin; do
     for t in ucp_put_bw ucp_get ucp_get:y; do
         port=$((port + 1))

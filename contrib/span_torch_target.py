@@ -22,7 +22,9 @@ import torch  # noqa: E402
 def main():
     lib = ctypes.CDLL(sys.argv[1])
     length = int(sys.argv[2]) << 20
-    tensor = torch.empty(length, dtype=torch.uint8, device="cuda")
+    # the suite's second pass puts the target on GPU 1
+    device = "cuda:" + os.environ.get("SPAN_PAIR_TARGET_GPU", "0")
+    tensor = torch.empty(length, dtype=torch.uint8, device=device)
     torch.cuda.synchronize()
     lib.span_gpu_external_set(ctypes.c_void_p(tensor.data_ptr()),
                               ctypes.c_size_t(length))

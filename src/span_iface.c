@@ -252,10 +252,8 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
         for (j = 0; (j < ucs_max(iov[i].count, 1u)) && (status == UCS_OK);
              ++j) {
             uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
-            status = is_put ?
-                     span_cuda_vmm_copy(&rkey->vmm, remote, local,
-                                        iov[i].length) :
-                     span_cuda_vmm_copy(&rkey->vmm, local, remote,
+            status = span_cuda_vmm_copy(&rkey->vmm, is_put ? remote : local,
+                                        is_put ? local : remote,
                                         iov[i].length);
             remote += iov[i].length;
         }

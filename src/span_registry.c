@@ -188,11 +188,14 @@ int span_registry_valid(span_registry_entry_t *entry)
     return __atomic_load_n(&entry->valid, __ATOMIC_RELAXED);
 }
 
-static int span_registry_overlaps(const span_registry_entry_t *entry,
-                                  uint64_t start, uint64_t end)
+/* Marks the entry stale where [start, end) overlaps it */
+static void span_registry_invalidate_entry(span_registry_entry_t *entry,
+                                           uint64_t start, uint64_t end)
 {
-    return entry->valid && (start < entry->start + entry->length) &&
-           (entry->start < end);
+    if (entry->valid && (start < entry->start + entry->length) &&
+        (entry->start < end)) {
+        span_registry_stale(entry, start, end - start, "was freed");
+    }
 }
 
 static void span_registry_invalidate_in(ucs_hlist_head_t *bucket,
@@ -201,20 +204,7 @@ static void span_registry_invalidate_in(ucs_hlist_head_t *bucket,
     span_registry_entry_t *entry;
 
     ucs_hlist_for_each(entry, bucket, by_region) {
-        if (span_registry_overlaps(entry, start, end)) {
-            span_registry_stale(entry, start, end - start, "was freed");
-        }
-    }
-}
-
-static void span_registry_invalidate_all(uint64_t start, uint64_t end)
-{
-    span_registry_entry_t *entry;
-
-    ucs_list_for_each(entry, &span_registry_list, list) {
-        if (span_registry_overlaps(entry, start, end)) {
-            span_registry_stale(entry, start, end - start, "was freed");
-        }
+        span_registry_invalidate_entry(entry, start, end);
     }
 }
 
@@ -242,6 +232,7 @@ void span_registry_invalidate(uint64_t start, uint64_t length)
     uint64_t end = (length > UINT64_MAX - start) ? UINT64_MAX :
                                                    start + length;
     unsigned shift = span_registry_shift[0]; /* the most regions */
+    span_registry_entry_t *entry;
 
     if (length == 0) {
         return;
@@ -251,7 +242,9 @@ void span_registry_invalidate(uint64_t start, uint64_t length)
         if (((end - 1) >> shift) - (start >> shift) < SPAN_REGISTRY_BUCKETS) {
             span_registry_invalidate_grid(start, end);
         } else {
-            span_registry_invalidate_all(start, end);
+            ucs_list_for_each(entry, &span_registry_list, list) {
+                span_registry_invalidate_entry(entry, start, end);
+            }
         }
     }
     pthread_mutex_unlock(&span_registry_lock);

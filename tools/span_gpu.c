@@ -19,7 +19,8 @@ const char *span_gpu_kind_names[] = {
     [SPAN_GPU_MALLOC]   = "cudaMalloc",
     [SPAN_GPU_ASYNC]    = "cudaMallocAsync",
     [SPAN_GPU_VMM]      = "VMM",
-    [SPAN_GPU_EXTERNAL] = "external"
+    [SPAN_GPU_EXTERNAL] = "external",
+    [SPAN_GPU_MALLOC_PAIR] = "cudaMalloc pair"
 };
 
 static struct {
@@ -256,6 +257,41 @@ static ucs_status_t span_gpu_external_take(size_t length, void *at,
     return UCS_OK;
 }
 
+/* Blocks of length / 4 and the rest, until the driver places the second
+ * right after the first; the misses are held meanwhile, so that
+ * each try gets other addresses */
+static ucs_status_t span_gpu_pair_alloc(size_t length, span_gpu_buf_t *buf)
+{
+    size_t small = length / 4, large = length - small;
+    CUdeviceptr misses[64], a, b;
+    ucs_status_t status = UCS_ERR_UNSUPPORTED;
+    unsigned i, count = 0;
+
+    while (count + 2 <= sizeof(misses) / sizeof(misses[0])) {
+        if (span_gpu_fn.cuMemAlloc(&a, small) != CUDA_SUCCESS) {
+            status = UCS_ERR_NO_MEMORY;
+            break;
+        }
+        if (span_gpu_fn.cuMemAlloc(&b, large) != CUDA_SUCCESS) {
+            span_gpu_fn.cuMemFree(a);
+            status = UCS_ERR_NO_MEMORY;
+            break;
+        }
+        if (a + small == b) {
+            buf->ptr    = (void*)a;
+            buf->second = (void*)b;
+            status      = UCS_OK;
+            break;
+        }
+        misses[count++] = a;
+        misses[count++] = b;
+    }
+    for (i = 0; i < count; ++i) {
+        span_gpu_fn.cuMemFree(misses[i]);
+    }
+    return status;
+}
+
 ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
                             unsigned handles, void *at, span_gpu_buf_t *buf)
 {
@@ -286,6 +322,9 @@ ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
         return span_gpu_vmm_alloc(length, handles, at, buf);
     case SPAN_GPU_EXTERNAL:
         return span_gpu_external_take(length, at, buf);
+    case SPAN_GPU_MALLOC_PAIR:
+        return (at == NULL) ? span_gpu_pair_alloc(length, buf) :
+                              UCS_ERR_NO_MEMORY;
     default:
         return UCS_ERR_INVALID_PARAM;
     }
@@ -314,6 +353,10 @@ void span_gpu_free(span_gpu_buf_t *buf)
         break;
     case SPAN_GPU_EXTERNAL:
         span_gpu_external.taken = 0;
+        break;
+    case SPAN_GPU_MALLOC_PAIR:
+        span_gpu_fn.cuMemFree((CUdeviceptr)buf->ptr);
+        span_gpu_fn.cuMemFree((CUdeviceptr)buf->second);
         break;
     default:
         break;

@@ -258,23 +258,27 @@ static ucs_status_t span_gpu_external_take(size_t length, void *at,
 }
 
 /* Blocks of length / 4 and the rest, until the driver places the second
- * right after the first; the misses are held meanwhile, so that
- * each try gets other addresses */
+ * right after the first (asked for in either order); the misses are held
+ * meanwhile, so that each try gets other addresses */
 static ucs_status_t span_gpu_pair_alloc(size_t length, span_gpu_buf_t *buf)
 {
     size_t small = length / 4, large = length - small;
-    CUdeviceptr misses[64], a, b;
+    CUdeviceptr misses[64], a = 0, b = 0;
     ucs_status_t status = UCS_ERR_UNSUPPORTED;
     unsigned i, count = 0;
+    int swap;
 
     while (count + 2 <= sizeof(misses) / sizeof(misses[0])) {
-        if (span_gpu_fn.cuMemAlloc(&a, small) != CUDA_SUCCESS) {
+        swap = (count / 2) % 2;
+        if (span_gpu_fn.cuMemAlloc(swap ? &b : &a, swap ? large : small) !=
+            CUDA_SUCCESS) {
             status = UCS_ERR_NO_MEMORY;
             break;
         }
-        if (span_gpu_fn.cuMemAlloc(&b, large) != CUDA_SUCCESS) {
-            span_gpu_fn.cuMemFree(a);
-            status = UCS_ERR_NO_MEMORY;
+        if (span_gpu_fn.cuMemAlloc(swap ? &a : &b, swap ? small : large) !=
+            CUDA_SUCCESS) {
+            misses[count++] = swap ? b : a;
+            status          = UCS_ERR_NO_MEMORY;
             break;
         }
         if (a + small == b) {
@@ -285,6 +289,12 @@ static ucs_status_t span_gpu_pair_alloc(size_t length, span_gpu_buf_t *buf)
         }
         misses[count++] = a;
         misses[count++] = b;
+    }
+    if (status == UCS_ERR_UNSUPPORTED) {
+        fprintf(stderr, "span_gpu: %zu-byte blocks at 0x%llx, %zu-byte "
+                "blocks at 0x%llx (last of %u tries): never back to back\n",
+                small, (unsigned long long)a, large, (unsigned long long)b,
+                count / 2);
     }
     for (i = 0; i < count; ++i) {
         span_gpu_fn.cuMemFree(misses[i]);

@@ -502,7 +502,18 @@ span_iface_tag_recv_zcopy(uct_iface_h iface, uct_tag_t tag, uct_tag_t tag_mask,
             iface, tag, tag_mask, inner_iov, iovcnt, ctx);
 }
 
-/* A flush waits for the deferred pieces of split ops to be issued */
+/* Whether split ops of ep (any ep where NULL) still wait for resources
+ * after an attempt to issue them now: a flush may not count on the worker's
+ * progress to do it (UCP retries without progress) */
+static int span_iface_deferred(span_iface_t *siface, uct_ep_h ep)
+{
+    if (!span_split_queue_busy(&siface->queue, ep)) {
+        return 0;
+    }
+    span_split_queue_issue(&siface->queue);
+    return span_split_queue_busy(&siface->queue, ep);
+}
+
 static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
                                   uct_completion_t *comp)
 {
@@ -510,7 +521,7 @@ static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
         span_split_queue_cancel(&siface->queue, ep);
-    } else if (span_split_queue_busy(&siface->queue, ep)) {
+    } else if (span_iface_deferred(siface, ep)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return siface->ops.ep_flush(ep, flags, comp);
@@ -521,7 +532,7 @@ static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
 {
     span_iface_t *siface = span_iface_get(iface);
 
-    if (span_split_queue_busy(&siface->queue, NULL)) {
+    if (span_iface_deferred(siface, NULL)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return siface->ops.iface_flush(iface, flags, comp);

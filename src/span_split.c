@@ -176,9 +176,8 @@ static void span_split_release(span_split_t *split, ucs_status_t status)
     span_completion_invoke(&split->super, status);
 }
 
-static unsigned span_split_progress(void *arg)
+unsigned span_split_queue_issue(span_split_queue_t *queue)
 {
-    span_split_queue_t *queue = arg;
     span_split_t *split;
     ucs_status_t status;
     unsigned count = 0;
@@ -195,6 +194,11 @@ static unsigned span_split_progress(void *arg)
     }
     uct_worker_progress_unregister_safe(queue->worker, &queue->cb_id);
     return count;
+}
+
+static unsigned span_split_progress(void *arg)
+{
+    return span_split_queue_issue(arg);
 }
 
 static void span_split_defer(span_split_queue_t *queue, span_split_t *split)

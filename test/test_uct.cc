@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <algorithm>
 #include <cstring>
@@ -403,6 +404,8 @@ TEST_P(span_uct, out_of_bounds_is_refused)
                   uct_ep_put_short(ep, &v, sizeof(v), raddr(size - 4), rkey.rkey));
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
                   uct_ep_put_short(ep, &v, sizeof(v), raddr(0) - 8, rkey.rkey));
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_short(ep, &v, sizeof(v), raddr(0) - 4, rkey.rkey));
     }
     if (iface_attr.cap.flags & UCT_IFACE_FLAG_GET_SHORT) {
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
@@ -906,6 +909,184 @@ TEST_P(span_uct_deferred, cancel_completes_deferred_op_once)
 }
 
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_deferred, ::testing::Values("cma+"));
+
+/*
+ * The table that finds a twin iface's state: every open takes a slot, every
+ * close gives it back. Ifaces opened and closed by the thousand, each at a
+ * new address (allocations kept alive in between move the allocator on),
+ * and more ifaces open at once than the table holds: an open succeeds or
+ * fails with a clear error, never hangs, and every open iface moves bytes.
+ */
+class span_iface_table : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        component = find_component("span");
+        ASSERT_NE(nullptr, component);
+        md = open_md(component, "self+");
+        ASSERT_NE(nullptr, md);
+        ASSERT_EQ(UCS_OK, ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
+                                                   &async));
+        ASSERT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
+                                            &worker));
+        ASSERT_EQ(UCS_OK, uct_md_iface_config_read(md, "self+", NULL, NULL,
+                                                   &config));
+        ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, buf, sizeof(buf),
+                                         UCT_MD_MEM_ACCESS_ALL, &memh));
+        uct_md_attr_t attr;
+        ASSERT_EQ(UCS_OK, uct_md_query(md, &attr));
+        std::vector<uint8_t> packed(attr.rkey_packed_size);
+        ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, memh, packed.data()));
+        ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, packed.data(), &rkey));
+    }
+
+    void TearDown() override
+    {
+        uct_rkey_release(component, &rkey);
+        uct_md_mem_dereg(md, memh);
+        uct_config_release(config);
+        uct_worker_destroy(worker);
+        ucs_async_context_destroy(async);
+        uct_md_close(md);
+    }
+
+    ucs_status_t open(uct_iface_h *iface_p, uct_worker_h on = NULL)
+    {
+        uct_iface_params_t params   = {};
+        params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                                      UCT_IFACE_PARAM_FIELD_DEVICE;
+        params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+        params.mode.device.tl_name  = "self+";
+        params.mode.device.dev_name = "memory";
+        return uct_iface_open(md, (on != NULL) ? on : worker, &params,
+                              config, iface_p);
+    }
+
+    /* A put_short through a new ep of iface lands in buf */
+    void put(uct_iface_h iface, uint64_t value)
+    {
+        uct_iface_attr_t attr;
+        ASSERT_EQ(UCS_OK, uct_iface_query(iface, &attr));
+        std::vector<char> dev(attr.device_addr_len + 1);
+        std::vector<char> ifa(attr.iface_addr_len + 1);
+        ASSERT_EQ(UCS_OK, uct_iface_get_device_address(
+                iface, (uct_device_addr_t*)dev.data()));
+        ASSERT_EQ(UCS_OK, uct_iface_get_address(
+                iface, (uct_iface_addr_t*)ifa.data()));
+        uct_ep_params_t params = {};
+        params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                            UCT_EP_PARAM_FIELD_DEV_ADDR |
+                            UCT_EP_PARAM_FIELD_IFACE_ADDR;
+        params.iface      = iface;
+        params.dev_addr   = (uct_device_addr_t*)dev.data();
+        params.iface_addr = (uct_iface_addr_t*)ifa.data();
+        uct_ep_h ep;
+        ASSERT_EQ(UCS_OK, uct_ep_create(&params, &ep));
+        EXPECT_EQ(UCS_OK, uct_ep_put_short(ep, &value, sizeof(value),
+                                           (uintptr_t)&buf[8], rkey.rkey));
+        uct_ep_destroy(ep);
+        uint64_t landed;
+        memcpy(&landed, &buf[8], sizeof(landed));
+        EXPECT_EQ(value, landed);
+    }
+
+    uct_component_h     component;
+    uct_md_h            md;
+    ucs_async_context_t *async;
+    uct_worker_h        worker;
+    uct_iface_config_t  *config;
+    uint8_t             buf[64];
+    uct_mem_h           memh;
+    uct_rkey_bundle_t   rkey;
+};
+
+TEST_F(span_iface_table, open_close_cycles_at_new_addresses)
+{
+    const unsigned cycles = 20000;
+    std::vector<void*> kept;
+    std::set<uintptr_t> addresses;
+    deadline limit(60, std::to_string(cycles) + " open/close cycles of a "
+                   "twin iface");
+    for (unsigned i = 0; i < cycles; ++i) {
+        uct_iface_h iface;
+        ASSERT_EQ(UCS_OK, open(&iface)) << "cycle " << i;
+        addresses.insert((uintptr_t)iface);
+        put(iface, i);
+        size_t size = malloc_usable_size(iface);
+        uct_iface_close(iface);
+        kept.push_back(malloc(size)); /* takes the iface's memory */
+    }
+    for (void *p : kept) {
+        free(p);
+    }
+    EXPECT_GT(addresses.size(), cycles / 2) << "ifaces kept their addresses";
+}
+
+TEST_F(span_iface_table, more_ifaces_than_the_table_holds)
+{
+    std::vector<uct_iface_h> ifaces;
+    deadline limit(60, "opening 1100 twin ifaces");
+    log_counter logs;
+    ucs_status_t status = UCS_OK;
+    while ((ifaces.size() < 1100) && (status == UCS_OK)) {
+        uct_iface_h iface;
+        status = open(&iface);
+        if (status == UCS_OK) {
+            ifaces.push_back(iface);
+        }
+    }
+    if (status != UCS_OK) {
+        EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, status);
+        EXPECT_EQ(1u, logs.count("twin ifaces are open"));
+        EXPECT_GE(ifaces.size(), 1024u);
+    }
+    for (size_t i = 0; i < ifaces.size(); i += 97) {
+        put(ifaces[i], i + 1);
+    }
+    /* a closed iface's slot takes a new one */
+    uct_iface_close(ifaces.back());
+    ifaces.pop_back();
+    uct_iface_h iface;
+    ASSERT_EQ(UCS_OK, open(&iface));
+    ifaces.push_back(iface);
+    put(iface, 7);
+    for (uct_iface_h i : ifaces) {
+        uct_iface_close(i);
+    }
+}
+
+/* Ops find their iface without a lock while other ifaces open and close in
+ * another thread (on a worker of its own): run under TSan too */
+TEST_F(span_iface_table, ops_while_other_ifaces_open_and_close)
+{
+    uct_iface_h iface;
+    ASSERT_EQ(UCS_OK, open(&iface));
+    std::atomic<bool> stop(false);
+    std::atomic<unsigned> cycles(0);
+    std::thread churn([&] {
+        ucs_async_context_t *async2;
+        uct_worker_h worker2;
+        ASSERT_EQ(UCS_OK, ucs_async_context_create(
+                UCS_ASYNC_MODE_THREAD_SPINLOCK, &async2));
+        ASSERT_EQ(UCS_OK, uct_worker_create(async2, UCS_THREAD_MODE_SINGLE,
+                                            &worker2));
+        while (!stop) {
+            uct_iface_h other;
+            ASSERT_EQ(UCS_OK, open(&other, worker2));
+            uct_iface_close(other);
+            ++cycles;
+        }
+        uct_worker_destroy(worker2);
+        ucs_async_context_destroy(async2);
+    });
+    deadline limit(60, "ops beside opens and closes");
+    for (uint64_t i = 0; (i < 2000) || (cycles < 500); ++i) {
+        put(iface, i);
+    }
+    stop = true;
+    churn.join();
+    uct_iface_close(iface);
+}
 
 /* A region larger than a refusing NIC's limit: the native MD fails, the twin
  * registers it in chunks */

@@ -908,6 +908,38 @@ TEST_P(span_uct_deferred, cancel_completes_deferred_op_once)
     dereg(lmemh);
 }
 
+/* Closing with the rest of a split op still in span's queue: the inner
+ * transport's own progress (not the worker's, which would issue the rest)
+ * finishes the first piece, then the ep and the iface close. The caller's
+ * completion fires once, as cancelled (and, under ASan, nothing of the
+ * split op leaks). cma refuses (asserts) to destroy an ep whose ops are
+ * still in flight, so only deferred pieces can be outstanding here. */
+TEST_P(span_uct_deferred, close_with_deferred_pieces_completes_once)
+{
+    std::vector<uint8_t> local(size, 0x77);
+    uct_mem_h lmemh = reg(local.data(), size);
+    uct_iov_t iov   = {local.data(), size, lmemh, 0, 1};
+    counted_completion c;
+
+    ASSERT_EQ(UCS_INPROGRESS, uct_ep_put_zcopy(ep, &iov, 1, raddr(0),
+                                               rkey.rkey, &c.super));
+    for (int i = 0; i < 1000; ++i) {
+        uct_iface_progress(iface);
+    }
+    EXPECT_EQ(0u, c.calls) << "the deferred pieces were issued";
+    uct_ep_destroy(ep);
+    ep = NULL;
+    uct_iface_close(iface);
+    iface = NULL;
+    EXPECT_EQ(1u, c.calls);
+    EXPECT_EQ(UCS_ERR_CANCELED, c.super.status);
+    for (int i = 0; i < 1000; ++i) {
+        uct_worker_progress(worker);
+    }
+    EXPECT_EQ(1u, c.calls) << "completed twice";
+    dereg(lmemh);
+}
+
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_deferred, ::testing::Values("cma+"));
 
 /*

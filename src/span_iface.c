@@ -410,7 +410,9 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
 }
 
 /* Units span exported itself are mapped contiguously here: a synchronous
- * device copy per entry, complete on return */
+ * device copy per element, complete on return. An entry of count 0 moves
+ * nothing, as in UCX's transports: the remote range was checked for
+ * length x count bytes */
 static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       const span_rkey_t *rkey)
@@ -421,8 +423,7 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
     size_t i, j;
 
     for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
-        for (j = 0; (j < ucs_max(iov[i].count, 1u)) && (status == UCS_OK);
-             ++j) {
+        for (j = 0; (j < iov[i].count) && (status == UCS_OK); ++j) {
             uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
             status = span_cuda_vmm_copy(&rkey->vmm, is_put ? remote : local,
                                         is_put ? local : remote,

@@ -716,6 +716,53 @@ TEST_P(span_uct_chunked, strided_iov)
     dereg(lmemh);
 }
 
+/* An entry of count 0 moves nothing, whatever its length (uct_iov_t: its
+ * memory is not accessed): beside it the other entries land whole, at the
+ * end of the registration and across a unit boundary (split), and neither
+ * the remote guard nor the entry's own buffer is touched */
+TEST_P(span_uct_chunked, iov_entry_of_count_0_moves_nothing)
+{
+    if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY)) {
+        GTEST_SKIP() << GetParam() << " has no zcopy";
+    }
+    std::vector<uint8_t> local(size), decoy(size, 0x5a), back(size, 0);
+    for (size_t i = 0; i < size; ++i) {
+        local[i] = uint8_t(i * 3 + 1);
+    }
+    uct_mem_h lmemh = reg(local.data(), size);
+    uct_mem_h dmemh = reg(decoy.data(), size);
+    uct_mem_h bmemh = reg(back.data(), size);
+    uintptr_t abs   = (uintptr_t)remote.data();
+    size_t cross    = (((abs + 1024) / unit + 1) * unit - abs) - 100;
+    for (size_t off : {size_t(size - 200), cross}) {
+        fill_remote(9);
+        std::vector<uint8_t> expect = remote;
+        memcpy(&expect[off], local.data(), 200);
+        uct_iov_t iov[3] = {{local.data(), 100, lmemh, 0, 1},
+                            {decoy.data(), 4096, dmemh, 0, 0},
+                            {local.data() + 100, 100, lmemh, 0, 1}};
+        completion c1;
+        wait(uct_ep_put_zcopy(ep, iov, 3, raddr(off), rkey.rkey, &c1.super),
+             c1);
+        EXPECT_TRUE(expect == remote) << "put at " << off;
+
+        uct_iov_t biov[3] = {{back.data(), 100, bmemh, 0, 1},
+                             {decoy.data(), 4096, dmemh, 0, 0},
+                             {back.data() + 100, 100, bmemh, 0, 1}};
+        completion c2;
+        wait(uct_ep_get_zcopy(ep, biov, 3, raddr(off), rkey.rkey, &c2.super),
+             c2);
+        EXPECT_EQ(0, memcmp(back.data(), local.data(), 200)) << "get at "
+                                                             << off;
+        EXPECT_TRUE(std::vector<uint8_t>(size, 0x5a) == decoy)
+                << "the entry of count 0 was written, at " << off;
+    }
+    EXPECT_TRUE(guard_intact());
+    dereg(bmemh);
+    dereg(dmemh);
+    dereg(lmemh);
+}
+
 TEST_P(span_uct_chunked, failed_chunk_registration_rolls_back)
 {
     std::vector<uint8_t> buf(size);

@@ -4,7 +4,10 @@
  * Written for the project because UCT-level ucx_perftest cannot drive a twin
  * (it allocates through the inner MD; README, known limitations).
  *
- * Usage: span_bench_uct [OPS_PER_RUN [RUNS]]; needs UCX_MODULE_DIR.
+ * Usage: span_bench_uct [OPS_PER_RUN [RUNS [TL]]]; needs UCX_MODULE_DIR.
+ * With TL, only that transport runs each op OPS_PER_RUN times, RUNS times,
+ * in a function of its own (span_bench_<op>), which a profiler can count
+ * alone: contrib/callgrind_overhead.sh.
  */
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
@@ -288,17 +291,55 @@ static int span_bench_compare(const char *name, span_bench_op_t op,
     return 0;
 }
 
+static const struct {
+    const char      *name;
+    span_bench_op_t op;
+} span_bench_ops[] = {
+    {"put_short", span_bench_put_short},
+    {"get_bcopy", span_bench_get_bcopy}
+};
+
+/* Each op on one transport alone */
+static int span_bench_alone(const char *tl, unsigned long ops, unsigned runs)
+{
+    span_bench_t b;
+    unsigned i, r;
+    double ns;
+
+    if (span_bench_open(&b, tl) != UCS_OK) {
+        return 1;
+    }
+    for (i = 0; i < sizeof(span_bench_ops) / sizeof(span_bench_ops[0]); ++i) {
+        for (r = 0; r < runs; ++r) {
+            ns = span_bench_ops[i].op(&b, ops);
+            if (ns < 0) {
+                fprintf(stderr, "%s over %s failed or moved wrong bytes\n",
+                        span_bench_ops[i].name, tl);
+                span_bench_close(&b);
+                return 1;
+            }
+            printf("%s %s %.2f ns\n", tl, span_bench_ops[i].name, ns);
+        }
+    }
+    span_bench_close(&b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     unsigned long ops = (argc > 1) ? strtoul(argv[1], NULL, 0) : 2000000;
     unsigned runs     = (argc > 2) ? strtoul(argv[2], NULL, 0) : 11;
     span_bench_t native, twin;
+    unsigned i;
     int failed;
 
     if ((ops < 10) || (runs == 0) || (runs > SPAN_BENCH_MAX_RUNS)) {
-        fprintf(stderr, "usage: %s [OPS_PER_RUN >= 10 [RUNS <= %d]]\n",
+        fprintf(stderr, "usage: %s [OPS_PER_RUN >= 10 [RUNS <= %d [TL]]]\n",
                 argv[0], SPAN_BENCH_MAX_RUNS);
         return 2;
+    }
+    if (argc > 3) {
+        return span_bench_alone(argv[3], ops, runs);
     }
     if ((span_bench_open(&native, "self") != UCS_OK) ||
         (span_bench_open(&twin, "self+") != UCS_OK)) {
@@ -310,10 +351,12 @@ int main(int argc, char **argv)
            "self+ ns", "delta ns", "ratio");
     printf("|------------------|------------|------------|-----------|--------|"
            "\n");
-    failed  = span_bench_compare("put_short", span_bench_put_short, &native,
-                                 &twin, ops, runs);
-    failed |= span_bench_compare("get_bcopy", span_bench_get_bcopy, &native,
-                                 &twin, ops, runs);
+    failed = 0;
+    for (i = 0; i < sizeof(span_bench_ops) / sizeof(span_bench_ops[0]); ++i) {
+        failed |= span_bench_compare(span_bench_ops[i].name,
+                                     span_bench_ops[i].op, &native, &twin,
+                                     ops, runs);
+    }
     span_bench_close(&twin);
     span_bench_close(&native);
     return failed;

@@ -18,8 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Twin ifaces open at once in a process; a power of 2 */
-#define SPAN_IFACE_TABLE_SIZE   1024
+/* Slots of the table of twin ifaces; a power of 2 */
+#define SPAN_IFACE_TABLE_SIZE   2048
+/* Twin ifaces open at once in a process: at most half the slots, which
+ * keeps probes short */
+#define SPAN_IFACE_MAX          (SPAN_IFACE_TABLE_SIZE / 2)
 #define SPAN_IFACE_TOMBSTONE    ((uct_iface_h)(uintptr_t)1)
 
 typedef struct span_tl {
@@ -45,62 +48,126 @@ typedef struct span_iface {
  * Open addressing with linear probing. A slot's key goes from NULL to an
  * iface, to a tombstone when it closes, and a tombstone may take a new iface;
  * a slot never becomes NULL again, so a lookup that races with an open or a
- * close of another iface still finds its own. Writers hold the lock.
+ * close of another iface still finds its own, and one that meets NULL knows
+ * the iface is not there. An open takes the first free slot (NULL or
+ * tombstone) from its hash; the table is at most half full, so there is one
+ * and probes stay short. The first open allocates the table and the last
+ * close frees it (no iface, no reader), which also clears the tombstones.
+ * Writers hold the lock; readers take none.
  */
 typedef struct span_iface_slot {
     uct_iface_h   key;
     span_iface_t *iface;
 } span_iface_slot_t;
 
-static span_iface_slot_t span_iface_table[SPAN_IFACE_TABLE_SIZE];
+/* Reached through a pointer, not as an array: one base register then
+ * serves both words of a slot */
+static span_iface_slot_t *span_iface_table;
 static unsigned          span_iface_count;
 static pthread_mutex_t   span_iface_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static UCS_F_ALWAYS_INLINE unsigned span_iface_hash(uct_iface_h iface)
+/* A multiply by a 32-bit odd constant is one instruction; every address bit
+ * below the 35th reaches the slot index, so page-aligned ifaces spread as
+ * well as heap ones */
+static UCS_F_ALWAYS_INLINE span_iface_slot_t *
+span_iface_slot(uct_iface_h iface)
 {
-    uint64_t h = (uintptr_t)iface * 0x9e3779b97f4a7c15ull;
-
-    return (h >> 32) & (SPAN_IFACE_TABLE_SIZE - 1);
+    return &span_iface_table[((uintptr_t)iface * 0x5bd1e995ul >> 24) &
+                             (SPAN_IFACE_TABLE_SIZE - 1)];
 }
 
+static UCS_F_ALWAYS_INLINE span_iface_slot_t *
+span_iface_next(span_iface_slot_t *slot)
+{
+    return (slot == &span_iface_table[SPAN_IFACE_TABLE_SIZE - 1]) ?
+           span_iface_table : slot + 1;
+}
+
+static UCS_F_ALWAYS_INLINE uct_iface_h span_iface_key(span_iface_slot_t *slot)
+{
+    return __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+}
+
+static UCS_F_ALWAYS_INLINE span_iface_t *
+span_iface_value(span_iface_slot_t *slot)
+{
+    return __atomic_load_n(&slot->iface, __ATOMIC_RELAXED);
+}
+
+/* The twin state of iface, or NULL where iface is not a twin's */
+static span_iface_t *span_iface_find(uct_iface_h iface)
+{
+    span_iface_slot_t *slot;
+    uct_iface_h key;
+    unsigned n;
+
+    if (span_iface_table == NULL) {
+        return NULL;
+    }
+    for (slot = span_iface_slot(iface), n = 0; n < SPAN_IFACE_TABLE_SIZE;
+         slot = span_iface_next(slot), ++n) {
+        key = span_iface_key(slot);
+        if (key == iface) {
+            return span_iface_value(slot);
+        } else if (key == NULL) {
+            break;
+        }
+    }
+    return NULL;
+}
+
+static UCS_F_NOINLINE span_iface_t *span_iface_get_slow(uct_iface_h iface)
+{
+    span_iface_t *siface = span_iface_find(iface);
+
+    if (ucs_unlikely(siface == NULL)) {
+        ucs_error("span: iface %p is not a twin iface (%u are open)", iface,
+                  span_iface_count);
+        abort();
+    }
+    return siface;
+}
+
+/* The slot of its hash holds nearly every iface: one compare finds it */
 static UCS_F_ALWAYS_INLINE span_iface_t *span_iface_get(uct_iface_h iface)
 {
-    unsigned i = span_iface_hash(iface);
+    span_iface_slot_t *slot = span_iface_slot(iface);
 
-    while (__atomic_load_n(&span_iface_table[i].key, __ATOMIC_ACQUIRE) !=
-           iface) {
-        i = (i + 1) & (SPAN_IFACE_TABLE_SIZE - 1);
+    if (ucs_likely(span_iface_key(slot) == iface)) {
+        return span_iface_value(slot);
     }
-    return span_iface_table[i].iface;
+    return span_iface_get_slow(iface);
 }
 
 static ucs_status_t span_iface_insert(uct_iface_h key, span_iface_t *iface)
 {
-    span_iface_slot_t *slot = NULL;
-    ucs_status_t status     = UCS_OK;
-    unsigned i;
+    ucs_status_t status = UCS_OK;
+    span_iface_slot_t *slot;
 
     pthread_mutex_lock(&span_iface_lock);
-    if (span_iface_count == SPAN_IFACE_TABLE_SIZE - 1) {
-        ucs_error("span: %u twin ifaces are open, no more can be",
-                  span_iface_count);
+    if (span_iface_count == SPAN_IFACE_MAX) {
+        ucs_error("span: %u twin ifaces are open, no more can be; close "
+                  "some first", span_iface_count);
         status = UCS_ERR_EXCEEDS_LIMIT;
         goto out;
     }
 
-    for (i = span_iface_hash(key); ;
-         i = (i + 1) & (SPAN_IFACE_TABLE_SIZE - 1)) {
-        if ((slot == NULL) && (span_iface_table[i].key == SPAN_IFACE_TOMBSTONE)) {
-            slot = &span_iface_table[i];
-        } else if (span_iface_table[i].key == NULL) {
-            if (slot == NULL) {
-                slot = &span_iface_table[i];
-            }
-            break;
+    if (span_iface_table == NULL) {
+        span_iface_table = calloc(SPAN_IFACE_TABLE_SIZE,
+                                  sizeof(*span_iface_table));
+        if (span_iface_table == NULL) {
+            ucs_error("span: no memory for the table of twin ifaces");
+            status = UCS_ERR_NO_MEMORY;
+            goto out;
         }
     }
 
-    slot->iface = iface;
+    for (slot = span_iface_slot(key);
+         (slot->key != NULL) && (slot->key != SPAN_IFACE_TOMBSTONE);
+         slot = span_iface_next(slot)) {
+    }
+
+    __atomic_store_n(&slot->iface, iface, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
     ++span_iface_count;
 out:
@@ -110,18 +177,29 @@ out:
 
 static span_iface_t *span_iface_remove(uct_iface_h key)
 {
-    span_iface_t *iface;
-    unsigned i;
+    span_iface_t *iface = NULL;
+    span_iface_slot_t *slot;
+    unsigned n;
 
     pthread_mutex_lock(&span_iface_lock);
-    for (i = span_iface_hash(key); span_iface_table[i].key != key;
-         i = (i + 1) & (SPAN_IFACE_TABLE_SIZE - 1)) {
+    for (slot = span_iface_slot(key), n = 0; n < SPAN_IFACE_TABLE_SIZE;
+         slot = span_iface_next(slot), ++n) {
+        if (slot->key == key) {
+            iface = slot->iface;
+            __atomic_store_n(&slot->key, SPAN_IFACE_TOMBSTONE,
+                             __ATOMIC_RELEASE);
+            break;
+        }
     }
-    iface = span_iface_table[i].iface;
-    __atomic_store_n(&span_iface_table[i].key, SPAN_IFACE_TOMBSTONE,
-                     __ATOMIC_RELEASE);
-    --span_iface_count;
+    if ((iface != NULL) && (--span_iface_count == 0)) {
+        free(span_iface_table);
+        span_iface_table = NULL;
+    }
     pthread_mutex_unlock(&span_iface_lock);
+    if (iface == NULL) {
+        ucs_error("span: closing iface %p, which is not a twin iface", key);
+        abort();
+    }
     return iface;
 }
 
@@ -174,20 +252,114 @@ static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
     return total;
 }
 
-static ucs_status_t span_ep_put_short(uct_ep_h ep, const void *buffer,
-                                      unsigned length, uint64_t remote_addr,
-                                      uct_rkey_t rkey)
+/* The inner rkey of an access inside an extent of one chunk: the common
+ * case, checked with one add and two compares; anything else (chunks, an
+ * access outside) goes to the full check */
+static UCS_F_ALWAYS_INLINE int
+span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
+                     uct_rkey_t *inner_p)
 {
-    ucs_status_t status;
-    uct_rkey_t inner;
+    uint64_t end;
 
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, length, &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
+    /* addr below the base wraps the offset, and the add carries or ends past
+     * the extent */
+    if (ucs_unlikely(__builtin_add_overflow(addr - rkey->geom.base, length,
+                                            &end) ||
+                     (end > rkey->geom.length) ||
+                     (rkey->geom.num_chunks != 1))) {
+        return 0;
     }
-    return span_iface_get(ep->iface)->ops.ep_put_short(ep, buffer, length,
-                                                       remote_addr, inner);
+    *inner_p = rkey->inner[0].rkey;
+    return 1;
 }
+
+/*
+ * The ops that make one access of _length bytes at remote_addr (short,
+ * bcopy gets, atomics): the fast version finds the iface in the slot of its
+ * hash and the access in an extent of one chunk, and calls the inner op with
+ * no stack frame of its own; every other case takes the slow version, which
+ * checks chunks and probes the table. The arguments after _params name the
+ * inner op's, with key for the rkey.
+ */
+#define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
+    static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \
+    { \
+        ucs_status_t status; \
+        uct_rkey_t key; \
+        \
+        status = span_rkey_whole(span_rkey(rkey), remote_addr, _length, \
+                                 &key); \
+        if (ucs_unlikely(status != UCS_OK)) { \
+            return status; \
+        } \
+        return span_iface_get(ep->iface)->ops.ep_##_op(__VA_ARGS__); \
+    } \
+    \
+    static ucs_status_t span_ep_##_op _params \
+    { \
+        span_iface_slot_t *slot = span_iface_slot(ep->iface); \
+        uct_iface_h found       = span_iface_key(slot); \
+        span_iface_t *siface    = span_iface_value(slot); \
+        uct_rkey_t key; \
+        \
+        if (ucs_likely((found == ep->iface) && \
+                       span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
+                                            _length, &key))) { \
+            return siface->ops.ep_##_op(__VA_ARGS__); \
+        } \
+        key = rkey; \
+        return span_ep_##_op##_slow(__VA_ARGS__); \
+    }
+
+SPAN_EP_WHOLE_OP(put_short, length,
+                 (uct_ep_h ep, const void *buffer, unsigned length,
+                  uint64_t remote_addr, uct_rkey_t rkey),
+                 ep, buffer, length, remote_addr, key)
+
+SPAN_EP_WHOLE_OP(get_short, length,
+                 (uct_ep_h ep, void *buffer, unsigned length,
+                  uint64_t remote_addr, uct_rkey_t rkey),
+                 ep, buffer, length, remote_addr, key)
+
+SPAN_EP_WHOLE_OP(get_bcopy, length,
+                 (uct_ep_h ep, uct_unpack_callback_t unpack_cb, void *arg,
+                  size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                  uct_completion_t *comp),
+                 ep, unpack_cb, arg, length, remote_addr, key, comp)
+
+SPAN_EP_WHOLE_OP(atomic_cswap64, sizeof(uint64_t),
+                 (uct_ep_h ep, uint64_t compare, uint64_t swap,
+                  uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                  uct_completion_t *comp),
+                 ep, compare, swap, remote_addr, key, result, comp)
+
+SPAN_EP_WHOLE_OP(atomic_cswap32, sizeof(uint32_t),
+                 (uct_ep_h ep, uint32_t compare, uint32_t swap,
+                  uint64_t remote_addr, uct_rkey_t rkey, uint32_t *result,
+                  uct_completion_t *comp),
+                 ep, compare, swap, remote_addr, key, result, comp)
+
+SPAN_EP_WHOLE_OP(atomic32_post, sizeof(uint32_t),
+                 (uct_ep_h ep, unsigned opcode, uint32_t value,
+                  uint64_t remote_addr, uct_rkey_t rkey),
+                 ep, opcode, value, remote_addr, key)
+
+SPAN_EP_WHOLE_OP(atomic64_post, sizeof(uint64_t),
+                 (uct_ep_h ep, unsigned opcode, uint64_t value,
+                  uint64_t remote_addr, uct_rkey_t rkey),
+                 ep, opcode, value, remote_addr, key)
+
+SPAN_EP_WHOLE_OP(atomic32_fetch, sizeof(uint32_t),
+                 (uct_ep_h ep, unsigned opcode, uint32_t value,
+                  uint32_t *result, uint64_t remote_addr, uct_rkey_t rkey,
+                  uct_completion_t *comp),
+                 ep, opcode, value, result, remote_addr, key, comp)
+
+SPAN_EP_WHOLE_OP(atomic64_fetch, sizeof(uint64_t),
+                 (uct_ep_h ep, unsigned opcode, uint64_t value,
+                  uint64_t *result, uint64_t remote_addr, uct_rkey_t rkey,
+                  uct_completion_t *comp),
+                 ep, opcode, value, result, remote_addr, key, comp)
 
 typedef struct span_put_bcopy_ctx {
     uct_pack_callback_t pack_cb;
@@ -242,7 +414,9 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
 }
 
 /* Units span exported itself are mapped contiguously here: a synchronous
- * device copy per entry, complete on return */
+ * device copy per element, complete on return. An entry of count 0 moves
+ * nothing, as in UCX's transports: the remote range was checked for
+ * length x count bytes */
 static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       const span_rkey_t *rkey)
@@ -253,8 +427,7 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
     size_t i, j;
 
     for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
-        for (j = 0; (j < ucs_max(iov[i].count, 1u)) && (status == UCS_OK);
-             ++j) {
+        for (j = 0; (j < iov[i].count) && (status == UCS_OK); ++j) {
             uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
             status = span_cuda_vmm_copy(&rkey->vmm, is_put ? remote : local,
                                         is_put ? local : remote,
@@ -309,38 +482,6 @@ static ucs_status_t span_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
     return span_ep_rma_zcopy(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
 }
 
-static ucs_status_t span_ep_get_short(uct_ep_h ep, void *buffer,
-                                      unsigned length, uint64_t remote_addr,
-                                      uct_rkey_t rkey)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, length, &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_get_short(ep, buffer, length,
-                                                       remote_addr, inner);
-}
-
-static ucs_status_t span_ep_get_bcopy(uct_ep_h ep,
-                                      uct_unpack_callback_t unpack_cb,
-                                      void *arg, size_t length,
-                                      uint64_t remote_addr, uct_rkey_t rkey,
-                                      uct_completion_t *comp)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, length, &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_get_bcopy(
-            ep, unpack_cb, arg, length, remote_addr, inner, comp);
-}
-
 static ucs_status_t span_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       uct_rkey_t rkey, uct_completion_t *comp)
@@ -360,108 +501,6 @@ static ucs_status_t span_ep_am_zcopy(uct_ep_h ep, uint8_t id,
     }
     return span_iface_get(ep->iface)->ops.ep_am_zcopy(
             ep, id, header, header_length, inner_iov, iovcnt, flags, comp);
-}
-
-static ucs_status_t span_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
-                                           uint64_t swap, uint64_t remote_addr,
-                                           uct_rkey_t rkey, uint64_t *result,
-                                           uct_completion_t *comp)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint64_t),
-                             &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_atomic_cswap64(
-            ep, compare, swap, remote_addr, inner, result, comp);
-}
-
-static ucs_status_t span_ep_atomic_cswap32(uct_ep_h ep, uint32_t compare,
-                                           uint32_t swap, uint64_t remote_addr,
-                                           uct_rkey_t rkey, uint32_t *result,
-                                           uct_completion_t *comp)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint32_t),
-                             &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_atomic_cswap32(
-            ep, compare, swap, remote_addr, inner, result, comp);
-}
-
-static ucs_status_t span_ep_atomic32_post(uct_ep_h ep, unsigned opcode,
-                                          uint32_t value, uint64_t remote_addr,
-                                          uct_rkey_t rkey)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint32_t),
-                             &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_atomic32_post(
-            ep, opcode, value, remote_addr, inner);
-}
-
-static ucs_status_t span_ep_atomic64_post(uct_ep_h ep, unsigned opcode,
-                                          uint64_t value, uint64_t remote_addr,
-                                          uct_rkey_t rkey)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint64_t),
-                             &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_atomic64_post(
-            ep, opcode, value, remote_addr, inner);
-}
-
-static ucs_status_t span_ep_atomic32_fetch(uct_ep_h ep, unsigned opcode,
-                                           uint32_t value, uint32_t *result,
-                                           uint64_t remote_addr,
-                                           uct_rkey_t rkey,
-                                           uct_completion_t *comp)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint32_t),
-                             &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_atomic32_fetch(
-            ep, opcode, value, result, remote_addr, inner, comp);
-}
-
-static ucs_status_t span_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
-                                           uint64_t value, uint64_t *result,
-                                           uint64_t remote_addr,
-                                           uct_rkey_t rkey,
-                                           uct_completion_t *comp)
-{
-    ucs_status_t status;
-    uct_rkey_t inner;
-
-    status = span_rkey_whole(span_rkey(rkey), remote_addr, sizeof(uint64_t),
-                             &inner);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    return span_iface_get(ep->iface)->ops.ep_atomic64_fetch(
-            ep, opcode, value, result, remote_addr, inner, comp);
 }
 
 static ucs_status_t span_ep_tag_eager_zcopy(uct_ep_h ep, uct_tag_t tag,
@@ -506,7 +545,18 @@ span_iface_tag_recv_zcopy(uct_iface_h iface, uct_tag_t tag, uct_tag_t tag_mask,
             iface, tag, tag_mask, inner_iov, iovcnt, ctx);
 }
 
-/* A flush waits for the deferred pieces of split ops to be issued */
+/* Whether split ops of ep (any ep where NULL) still wait for resources
+ * after an attempt to issue them now: a flush may not count on the worker's
+ * progress to do it (UCP retries without progress) */
+static int span_iface_deferred(span_iface_t *siface, uct_ep_h ep)
+{
+    if (!span_split_queue_busy(&siface->queue, ep)) {
+        return 0;
+    }
+    span_split_queue_issue(&siface->queue);
+    return span_split_queue_busy(&siface->queue, ep);
+}
+
 static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
                                   uct_completion_t *comp)
 {
@@ -514,7 +564,7 @@ static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
         span_split_queue_cancel(&siface->queue, ep);
-    } else if (span_split_queue_busy(&siface->queue, ep)) {
+    } else if (span_iface_deferred(siface, ep)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return siface->ops.ep_flush(ep, flags, comp);
@@ -525,39 +575,28 @@ static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
 {
     span_iface_t *siface = span_iface_get(iface);
 
-    if (span_split_queue_busy(&siface->queue, NULL)) {
+    if (span_iface_deferred(siface, NULL)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return siface->ops.iface_flush(iface, flags, comp);
 }
 
-/* A fence orders what follows after what came before: the deferred pieces
- * of split ops are issued first, or the fence waits for resources */
-static ucs_status_t span_fence_deferred(span_iface_t *siface, uct_ep_h ep)
-{
-    if (!span_split_queue_busy(&siface->queue, ep)) {
-        return UCS_OK;
-    }
-    span_split_queue_progress(&siface->queue);
-    return span_split_queue_busy(&siface->queue, ep) ? UCS_ERR_NO_RESOURCE :
-                                                       UCS_OK;
-}
-
 static ucs_status_t span_ep_fence(uct_ep_h ep, unsigned flags)
 {
     span_iface_t *siface = span_iface_get(ep->iface);
-    ucs_status_t status  = span_fence_deferred(siface, ep);
 
-    return (status == UCS_OK) ? siface->ops.ep_fence(ep, flags) : status;
+    /* what follows the fence must follow the deferred pieces too */
+    return span_iface_deferred(siface, ep) ? UCS_ERR_NO_RESOURCE :
+                                             siface->ops.ep_fence(ep, flags);
 }
 
 static ucs_status_t span_iface_fence(uct_iface_h iface, unsigned flags)
 {
     span_iface_t *siface = span_iface_get(iface);
-    ucs_status_t status  = span_fence_deferred(siface, NULL);
 
-    return (status == UCS_OK) ? siface->ops.iface_fence(iface, flags) :
-                                status;
+    return span_iface_deferred(siface, NULL) ? UCS_ERR_NO_RESOURCE :
+                                               siface->ops.iface_fence(iface,
+                                                                       flags);
 }
 
 static ucs_status_t span_iface_query_v2(uct_iface_h iface, void *attr)

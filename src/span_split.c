@@ -176,7 +176,7 @@ static void span_split_release(span_split_t *split, ucs_status_t status)
     span_completion_invoke(&split->super, status);
 }
 
-unsigned span_split_queue_progress(span_split_queue_t *queue)
+unsigned span_split_queue_issue(span_split_queue_t *queue)
 {
     span_split_t *split;
     ucs_status_t status;
@@ -196,14 +196,18 @@ unsigned span_split_queue_progress(span_split_queue_t *queue)
     return count;
 }
 
+static unsigned span_split_progress(void *arg)
+{
+    return span_split_queue_issue(arg);
+}
+
 static void span_split_defer(span_split_queue_t *queue, span_split_t *split)
 {
     ucs_debug("span: split op %p defers its pieces from %u on [0x%" PRIx64
               ", +%zu): no resource", split, split->pieces + 1,
               split->remote_addr, split->remaining);
     ucs_list_add_tail(&queue->deferred, &split->list);
-    uct_worker_progress_register_safe(queue->worker,
-                                      (ucs_callback_t)span_split_queue_progress,
+    uct_worker_progress_register_safe(queue->worker, span_split_progress,
                                       queue, 0, &queue->cb_id);
 }
 

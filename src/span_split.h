@@ -8,10 +8,12 @@
  * any piece) otherwise, UCS_ERR_NO_RESOURCE only when nothing was issued.
  * When a later piece meets no resource, the op is already under way: the
  * rest is deferred, reissued in order from the worker's progress, and the
- * caller gets UCS_INPROGRESS; until the deferred pieces are issued the ep's
- * and the iface's flush answer UCS_ERR_NO_RESOURCE (retry), and destroying
- * the ep completes them with UCS_ERR_CANCELED. Nothing is lost, completed
- * twice or leaked.
+ * caller gets UCS_INPROGRESS. A flush of the ep or the iface issues the
+ * deferred pieces itself (UCP retries a flush without progressing the worker
+ * where the inner pending_add answers busy), and answers
+ * UCS_ERR_NO_RESOURCE only while the inner transport still has none;
+ * destroying the ep completes them with UCS_ERR_CANCELED. Nothing is lost,
+ * completed twice or leaked.
  */
 #ifndef SPAN_SPLIT_H_
 #define SPAN_SPLIT_H_
@@ -48,9 +50,9 @@ void span_split_queue_init(span_split_queue_t *queue, uct_worker_h worker,
  * UCS_ERR_CANCELED */
 void span_split_queue_cancel(span_split_queue_t *queue, uct_ep_h ep);
 
-/* Issues deferred pieces in order until one meets no resource; the number
- * of ops it finished issuing */
-unsigned span_split_queue_progress(span_split_queue_t *queue);
+/* Issues deferred pieces in order until all are or one meets no resource;
+ * the number of ops whose pieces are now all issued */
+unsigned span_split_queue_issue(span_split_queue_t *queue);
 
 /* Whether ep (or any ep where NULL) has deferred pieces */
 int span_split_queue_busy(const span_split_queue_t *queue, uct_ep_h ep);

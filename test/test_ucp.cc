@@ -4,6 +4,7 @@
  * the native transports as a control.
  */
 #include "tools/span_pair.h"
+#include "test_deadline.h"
 #include "test_log.h"
 
 #include <gtest/gtest.h>
@@ -401,6 +402,75 @@ INSTANTIATE_TEST_SUITE_P(
             std::string name = info.param.rma_tl;
             return name.substr(0, name.size() - 1) + "P" +
                    (info.param.spill ? "_spilled" : "");
+        });
+
+/*
+ * The second piece of every split op first meets no resource: the rest of
+ * the op waits in span's queue. A flush right after the put must issue it
+ * and complete; UCP retries a flush that answers no resource without
+ * progressing the worker when the transport refuses pending_add (cma: busy).
+ */
+class ucp_deferred : public ucp_chunked {
+protected:
+    void SetUp() override
+    {
+        setenv("UCX_SPAN_TEST_NO_RESOURCE", "2", 1);
+        ucp_chunked::SetUp();
+    }
+
+    void TearDown() override
+    {
+        ucp_chunked::TearDown();
+        unsetenv("UCX_SPAN_TEST_NO_RESOURCE");
+    }
+
+    ucs_status_t wait(void *request)
+    {
+        ucs_status_t status;
+        if (!UCS_PTR_IS_PTR(request)) {
+            return UCS_PTR_STATUS(request);
+        }
+        while ((status = ucp_request_check_status(request)) ==
+               UCS_INPROGRESS) {
+            ucp_worker_progress(m_pair.worker);
+        }
+        ucp_request_free(request);
+        return status;
+    }
+};
+
+TEST_P(ucp_deferred, flush_issues_deferred_pieces)
+{
+    std::vector<char> info(65536);
+    span_pair_ep_info(&m_pair, info.data(), info.size());
+    ASSERT_NE(nullptr, strstr(info.data(), " cma+/")) << info.data();
+    map(length, 23);
+    /* a unit boundary with room for the longest put on both sides */
+    uint64_t base = m_region.base + m_region.reg_offset + 2 * chunk;
+    size_t hard   = (base / unit + 1) * unit - m_region.base;
+    for (size_t len : {overlap, 3 * chunk + 5}) {
+        size_t off    = hard - len / 2;
+        unsigned seed = 24 + len % 7;
+        std::vector<uint8_t> src(len);
+        span_pair_fill(src.data(), len, seed, off);
+        ucp_request_param_t param = {};
+        deadline limit(60, "put and flush across a unit boundary");
+        void *put   = ucp_put_nbx(m_pair.ep, src.data(), len,
+                                  m_region.base + off, m_region.rkey, &param);
+        void *flush = ucp_ep_flush_nbx(m_pair.ep, &param);
+        EXPECT_EQ(UCS_OK, wait(put)) << len;
+        EXPECT_EQ(UCS_OK, wait(flush)) << len;
+        EXPECT_EQ(0u, check(off, len, seed)) << len << " at " << off;
+        ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 23));
+    }
+    EXPECT_EQ(0u, check(0, m_region.alloc_length, 23));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        twins, ucp_deferred,
+        ::testing::Values(ucp_case{"posix,cma+", SPAN_PAIR_FORK, "cma+"}),
+        [](const ::testing::TestParamInfo<ucp_case> &) {
+            return std::string("cmaP");
         });
 
 /*

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Instructions a twin adds to each op, counted by callgrind (stable where
+# timings are not): contrib/span_bench_uct runs each op OPS times over `self`
+# and over `self+`, each transport in a process of its own, and callgrind
+# counts only inside the op's loop (span_bench_<op>). The difference of the
+# two counts, per op, is what the twin's patched op costs.
+# Run from a built tree: ./contrib/callgrind_overhead.sh [OPS]
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+ops=${1:-100000}
+ucx=${SPAN_UCX_PREFIX:-$top/.deps/ucx}
+export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/.libs}
+export UCX_WARN_UNUSED_ENV_VARS=n
+bench=$top/contrib/span_bench_uct
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# Instructions per op of op over tl
+per_op() {
+    local tl=$1 op=$2
+    valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
+             --toggle-collect="span_bench_$op" "$bench" "$ops" 1 "$tl" \
+             >"$out/log" 2>&1 || { cat "$out/log" >&2; return 1; }
+    awk -v ops="$ops" '/^summary:/ {printf "%.2f", $2 / ops}' "$out/cg"
+}
+
+echo "instructions per op, $ops ops, callgrind"
+echo
+printf '| %-10s | %8s | %8s | %8s |\n' op self self+ added
+echo '|------------|----------|----------|----------|'
+for op in put_short get_bcopy; do
+    native=$(per_op self "$op")
+    twin=$(per_op self+ "$op")
+    printf '| %-10s | %8s | %8s | %8.2f |\n' "$op" "$native" "$twin" \
+           "$(awk -v n="$native" -v t="$twin" 'BEGIN {print t - n}')"
+done

@@ -18,10 +18,25 @@ for mod in uct_cuda ucm_cuda uct_cma ucx_perftest_cuda; do
 done
 cp "$ucx/bin/ucx_perftest" "$ucx/bin/ucx_info" "$out/ucx/bin/"
 cp "$ucx"/libucx_cu13.libs/*.so* "$out/ucx/lib/" # for ucx_perftest and its cuda module
-cp -L "$top/src/.libs/libuct_span.so.0" "$top/src/.libs/libspan_impl.so" "$out/span/"
+# both names: UCX takes the extension of its own libucs (.so.0, NIXL .so.0.0.0)
+cp -L "$top/src/.libs/libuct_span.so.0" "$top/src/.libs/libuct_span.so.0.0.0" \
+    "$top/src/.libs/libspan_impl.so" "$out/span/"
 for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
 done
+# NIXL's UCX 1.23 (what contrib/setup.sh unpacked): its four libraries and
+# the modules the GPU tests use, and the tests linked against it
+nixl=$top/.deps/nixl/lib
+if [ -x "$top/test/nixl/span_gpu_test" ] && [ -d "$nixl" ]; then
+    mkdir -p "$out/nixl/lib/ucx" "$out/nixl/bin"
+    cp "$nixl"/libuc[pstm]-*.so.* "$out/nixl/lib/"
+    cp "$nixl"/ucx/libuct_cuda.so.* "$nixl"/ucx/libucm_cuda.so.* \
+        "$nixl"/ucx/libuct_cma.so.* "$out/nixl/lib/ucx/"
+    cp "$top/test/nixl/span_gpu_test" "$top/test/nixl/span-check" \
+        "$out/nixl/bin/"
+    strip --strip-unneeded "$out"/nixl/lib/*.so.* "$out"/nixl/lib/ucx/*.so.* \
+        "$out"/nixl/bin/* 2>/dev/null || true
+fi
 # the test harness, for the PyTorch target (contrib/span_torch_target.py)
 cp -L "$top/tools/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py
@@ -30,5 +45,5 @@ gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src" -I"$ucx/include" \
     "$top/contrib/span_resolve_shim.c" "$top/src/resolvers/span_cuda.c" \
     -L"$ucx/lib" -lucs -ldl -o "$out/bin/libspan_resolve.so"
 strip --strip-unneeded "$out"/ucx/lib/*.so.0 "$out"/ucx/lib/ucx/*.so.0 \
-    "$out"/span/*.so.0 "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true
+    "$out"/span/*.so* "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true
 du -sh "$out"

@@ -9,12 +9,13 @@
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
 #  6. span-check with its GPU scenarios;
 #  7. a PyTorch expandable_segments tensor through the resolver;
-#  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native).
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 12345678)
+#  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native);
+#  9. the GPU tests and span-check again in NIXL's UCX 1.23, same plugin.
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-12345678}
+parts=${2:-123456789}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -161,5 +162,22 @@ echo "## 5. Registration of sub-buffers, ms, median of $runs"
 echo '| what | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|'
 "$gpu/bin/span_bench_gpu" reg 10000 "$runs"
+}
+part 9 && [ -x "$gpu/nixl/bin/span_gpu_test" ] && {
+echo
+echo "## 9. NIXL's UCX 1.23: the GPU tests and span-check, the same plugin"
+# NIXL's libucm_cuda needs libcudart.so.13: PyTorch's CUDA wheels have it
+cudart=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
+(
+    export LD_LIBRARY_PATH=$gpu/nixl/lib${cudart:+:$cudart}
+    unset SPAN_GPU_TORCH_TARGET # its harness library runs UCX 1.22
+    echo "UCX: $(ldd "$gpu/nixl/bin/span_gpu_test" | awk '/libuct/ {print $3}')"
+    gpu=$gpu/nixl gpu_test /tmp/span_gpu_test_1_23.log
+    r=$?
+    "$gpu/nixl/bin/span-check" -s 64 -r "$runs" -t "$native:$twin" 2>&1 |
+        grep -E '^\||^span-check'
+    exit $((r | ${PIPESTATUS[0]}))
+)
+rc=$((rc | $?))
 }
 exit $rc

@@ -47,6 +47,51 @@ if [ ! -f "$stamp" ]; then
 fi
 echo "setup: UCX $ucx_wheel_version in $ucx_prefix"
 
+# NIXL's UCX 1.23 (nixl-cu13 bundles it with verbs, renamed by auditwheel,
+# without headers): its UCX libraries, their modules and what they link,
+# kept side by side as in the wheel (UCX finds its modules in ucx/ beside
+# libucs), and link names for building test programs against it the way
+# libnixl links it (DT_NEEDED on the hashed names).
+nixl_version=${SPAN_NIXL_VERSION:-1.5.1}
+nixl_prefix="$deps/nixl"
+stamp="$nixl_prefix/.wheel-$nixl_version"
+if [ ! -f "$stamp" ]; then
+    echo "setup: fetching nixl-cu13==$nixl_version's UCX into $nixl_prefix"
+    rm -rf "$deps/nixl-wheel" "$nixl_prefix"
+    mkdir -p "$deps/nixl-wheel" "$nixl_prefix/lib" "$nixl_prefix/link"
+    python3 -m pip download -q --no-deps --only-binary=:all: \
+        --python-version 3.11 --platform manylinux_2_28_x86_64 \
+        -d "$deps/nixl-wheel" "nixl-cu13==$nixl_version"
+    unzip -q -o "$deps"/nixl-wheel/nixl_cu13-*.whl 'nixl_cu13.libs/*' \
+        -d "$deps/nixl-wheel/x"
+    libs="$deps/nixl-wheel/x/nixl_cu13.libs"
+    (
+        cd "$libs"
+        todo=$(ls libucp-*.so* libuct-*.so* libucs-*.so* libucm-*.so* \
+                  ucx/*.so*)
+        seen=" "
+        while [ -n "$todo" ]; do
+            set -- $todo; f=$1; shift; todo="$*"
+            case "$seen" in *" $f "*) continue ;; esac
+            seen="$seen$f "
+            for n in $(readelf -d "$f" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
+                if [ -e "$n" ]; then todo="$todo $n"; fi
+            done
+        done
+        for f in $seen; do
+            mkdir -p "$nixl_prefix/lib/$(dirname "$f")"
+            cp -p "$f" "$nixl_prefix/lib/$f"
+        done
+    )
+    for l in ucp uct ucs ucm; do
+        ln -sfn "../lib/$(cd "$nixl_prefix/lib" && ls lib$l-*.so.*)" \
+            "$nixl_prefix/link/lib$l.so"
+    done
+    rm -rf "$deps/nixl-wheel"
+    touch "$stamp"
+fi
+echo "setup: NIXL's UCX in $nixl_prefix/lib"
+
 # The verbs VM (contrib/verbs_vm.sh): qemu and busybox from Debian, the
 # kernel package downloaded and unpacked into .deps/vm, never installed.
 # SPAN_SETUP_VM=no leaves it out; make check then reports the VM leg skipped.

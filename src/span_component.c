@@ -10,19 +10,9 @@
 #include "span_spill.h"
 
 #include <ucs/sys/string.h>
-#include <dlfcn.h>
-#include <libgen.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The UCX major.minor whose internal layouts this build declares; a test
- * build overrides it to check the refusal of a foreign UCX. */
-#ifndef SPAN_BUILT_UCX_MAJOR
-#  define SPAN_BUILT_UCX_MAJOR SPAN_UCX_MAJOR
-#  define SPAN_BUILT_UCX_MINOR SPAN_UCX_MINOR
-#endif
 
 typedef struct span_global_config {
     ucs_config_allow_list_t transports;
@@ -468,64 +458,33 @@ uct_component_t span_component = {
 
 static int span_component_registered;
 
-typedef void (*span_get_version_func_t)(unsigned*, unsigned*, unsigned*);
-
-/*
- * libuct and libucs export no version; libucp of the same installation does.
- * It is found loaded already (UCP users), or beside the libuct in use.
- */
-static ucs_status_t span_ucx_version(unsigned *major, unsigned *minor,
-                                     unsigned *release)
+/* Every component already registered must read as one before span walks
+ * them all: a layout span got wrong is found here, not in a crash later */
+static ucs_status_t span_components_check(void)
 {
-    char path[PATH_MAX], libucp[PATH_MAX];
-    span_get_version_func_t get_version;
-    Dl_info info;
-    void *dl;
+    uct_component_t *component;
 
-    dl = dlopen("libucp.so.0", RTLD_LAZY | RTLD_NOLOAD);
-    if ((dl == NULL) && dladdr((void*)uct_md_open, &info) &&
-        (info.dli_fname != NULL)) {
-        ucs_strncpy_zero(path, info.dli_fname, sizeof(path));
-        snprintf(libucp, sizeof(libucp), "%s/libucp.so.0", dirname(path));
-        dl = dlopen(libucp, RTLD_LAZY | RTLD_LOCAL);
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if (!span_ucx_component_check(component)) {
+            ucs_warn("span: component %p of UCX %u.%u is not laid out as "
+                     "span reads it; libuct_span does not register",
+                     component, span_ucx->major, span_ucx->minor);
+            return UCS_ERR_UNSUPPORTED;
+        }
     }
-
-    if (dl == NULL) {
-        ucs_warn("span: cannot find libucp to learn the UCX version: %s",
-                 dlerror());
-        return UCS_ERR_NO_ELEM;
-    }
-
-    get_version = (span_get_version_func_t)dlsym(dl, "ucp_get_version");
-    if (get_version != NULL) {
-        get_version(major, minor, release);
-    }
-    dlclose(dl);
-    return (get_version != NULL) ? UCS_OK : UCS_ERR_NO_ELEM;
+    return UCS_OK;
 }
 
 /*
  * The structures declared in ucx/span_ucx.h change between UCX minor
- * releases: in any other major.minor the component stays unregistered rather
- * than read them wrong. UCX calls this, by name, after loading the module.
+ * releases: in a release span has no layout for, or one whose layout does
+ * not check out, the component stays unregistered rather than read them
+ * wrong. UCX calls this, by name, after loading the module.
  */
 ucs_status_t __attribute__((visibility("protected")))
 ucs_module_global_init(void)
 {
-    unsigned major, minor, release;
-
-    if (span_ucx_version(&major, &minor, &release) != UCS_OK) {
-        ucs_warn("span: the UCX version is unknown; libuct_span.so (built "
-                 "for UCX %d.%d) does not register", SPAN_BUILT_UCX_MAJOR,
-                 SPAN_BUILT_UCX_MINOR);
-        return UCS_ERR_UNSUPPORTED;
-    }
-
-    if ((major != SPAN_BUILT_UCX_MAJOR) || (minor != SPAN_BUILT_UCX_MINOR)) {
-        ucs_warn("span: libuct_span.so was built for UCX %d.%d but is loaded "
-                 "into UCX %u.%u.%u; it does not register (rebuild ucx-span "
-                 "with --with-ucx pointing at this UCX)", SPAN_BUILT_UCX_MAJOR,
-                 SPAN_BUILT_UCX_MINOR, major, minor, release);
+    if ((span_ucx_select() != UCS_OK) || (span_components_check() != UCS_OK)) {
         return UCS_ERR_UNSUPPORTED;
     }
 

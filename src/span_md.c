@@ -744,9 +744,12 @@ static ucs_status_t span_md_mem_attach(uct_md_h md, const void *mkey_buffer,
     return UCS_ERR_UNSUPPORTED;
 }
 
+/* Device-initiated ops would reach the inner memory past span's checks.
+ * UCX 1.22 calls this with the first four arguments only. */
 static ucs_status_t span_md_mem_elem_pack(uct_md_h md, uct_mem_h memh,
                                           uct_rkey_t rkey,
-                                          uct_device_mem_elem_t *mem_elem_p)
+                                          uct_device_mem_elem_t *mem_elem_p,
+                                          void **release_handle_p)
 {
     return UCS_ERR_UNSUPPORTED;
 }

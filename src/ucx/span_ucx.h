@@ -1,17 +1,331 @@
 /*
- * Selects the declarations of UCX internals matching the UCX found at
- * configure time. Another UCX version is one more block here and one more
- * header beside this one, added when it can be tested.
+ * UCX internals that a UCT component needs and that UCX does not install
+ * (uct/base/uct_component.h, uct/base/uct_md.h, uct/base/uct_iface.h,
+ * uct/api/v2/uct_v2.h), for every supported UCX minor release at once.
+ *
+ * The plugin is built once, against one UCX's public headers, and runs in
+ * whichever supported UCX loaded it. What is declared here is laid out the
+ * same in all of them (read from the v1.22.0 sources and UCX 1.23.0);
+ * what differs is declared per release in span_ucx_<major>_<minor>.h and
+ * reached at run time through the table span_ucx, which span_ucx_select()
+ * fills from the UCX in the process (span_ucx.c).
  */
 #ifndef SPAN_UCX_H_
 #define SPAN_UCX_H_
 
-#include "config.h"
+#include <uct/api/uct.h>
+#include <ucs/config/parser.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/linear_func.h>
+#include <ucs/type/cpu_set.h>
 
-#if (SPAN_UCX_MAJOR == 1) && (SPAN_UCX_MINOR == 22)
-#  include "span_ucx_1_22.h"
-#else
-#  error "ucx-span has no layout of UCX internals for this UCX version"
-#endif
+/* --- ucs/debug/memtrack_int.h: what UCX allocates, UCX frees ---------- */
+
+void *ucs_realloc(void *ptr, size_t size, const char *name);
+void ucs_free(void *ptr);
+
+/* --- uct/api/v2/uct_v2.h ------------------------------------------------ */
+
+enum {
+    UCT_MD_MEM_REG_FIELD_FLAGS         = UCS_BIT(0),
+    UCT_MD_MEM_REG_FIELD_DMABUF_FD     = UCS_BIT(1),
+    UCT_MD_MEM_REG_FIELD_DMABUF_OFFSET = UCS_BIT(2),
+    UCT_MD_MEM_REG_FIELD_MEM_TYPE      = UCS_BIT(3)
+};
+
+enum {
+    UCT_MD_MEM_DEREG_FIELD_MEMH       = UCS_BIT(0),
+    UCT_MD_MEM_DEREG_FIELD_FLAGS      = UCS_BIT(1),
+    UCT_MD_MEM_DEREG_FIELD_COMPLETION = UCS_BIT(2)
+};
+
+enum {
+    UCT_MD_MEM_DEREG_FLAG_INVALIDATE = UCS_BIT(0)
+};
+
+enum {
+    UCT_MD_MKEY_PACK_FIELD_FLAGS = UCS_BIT(0)
+};
+
+enum {
+    UCT_MD_MKEY_PACK_FLAG_INVALIDATE_RMA = UCS_BIT(0),
+    UCT_MD_MKEY_PACK_FLAG_INVALIDATE_AMO = UCS_BIT(1),
+    UCT_MD_MKEY_PACK_FLAG_EXPORT         = UCS_BIT(2)
+};
+
+enum {
+    UCT_MD_FLAG_INVALIDATE_RMA = UCT_MD_FLAG_LAST,
+    UCT_MD_FLAG_INVALIDATE_AMO = UCS_BIT(12),
+    UCT_MD_FLAG_MEMTYPE_COPY   = UCS_BIT(13)
+};
+
+enum {
+    UCT_MD_ATTR_FIELD_MAX_ALLOC                 = UCS_BIT(0),
+    UCT_MD_ATTR_FIELD_MAX_REG                   = UCS_BIT(1),
+    UCT_MD_ATTR_FIELD_FLAGS                     = UCS_BIT(2),
+    UCT_MD_ATTR_FIELD_REG_MEM_TYPES             = UCS_BIT(3),
+    UCT_MD_ATTR_FIELD_REG_NONBLOCK_MEM_TYPES    = UCS_BIT(4),
+    UCT_MD_ATTR_FIELD_CACHE_MEM_TYPES           = UCS_BIT(5),
+    UCT_MD_ATTR_FIELD_DETECT_MEM_TYPES          = UCS_BIT(6),
+    UCT_MD_ATTR_FIELD_ALLOC_MEM_TYPES           = UCS_BIT(7),
+    UCT_MD_ATTR_FIELD_ACCESS_MEM_TYPES          = UCS_BIT(8),
+    UCT_MD_ATTR_FIELD_DMABUF_MEM_TYPES          = UCS_BIT(9),
+    UCT_MD_ATTR_FIELD_REG_COST                  = UCS_BIT(10),
+    UCT_MD_ATTR_FIELD_COMPONENT_NAME            = UCS_BIT(11),
+    UCT_MD_ATTR_FIELD_RKEY_PACKED_SIZE          = UCS_BIT(12),
+    UCT_MD_ATTR_FIELD_LOCAL_CPUS                = UCS_BIT(13),
+    UCT_MD_ATTR_FIELD_EXPORTED_MKEY_PACKED_SIZE = UCS_BIT(14),
+    UCT_MD_ATTR_FIELD_GLOBAL_ID                 = UCS_BIT(15),
+    UCT_MD_ATTR_FIELD_REG_ALIGNMENT             = UCS_BIT(16),
+    UCT_MD_ATTR_FIELD_GVA_MEM_TYPES             = UCS_BIT(17),
+    UCT_MD_ATTR_FIELD_REQUIRED_MEM_FLAGS        = UCS_BIT(18)
+};
+
+typedef struct uct_md_mem_reg_params {
+    uint64_t          field_mask;
+    uint64_t          flags;
+    int               dmabuf_fd;
+    size_t            dmabuf_offset;
+    ucs_memory_type_t mem_type;
+} uct_md_mem_reg_params_t;
+
+typedef struct uct_md_mem_dereg_params {
+    uint64_t          field_mask;
+    unsigned          flags;
+    uct_mem_h         memh;
+    uct_completion_t *comp;
+} uct_md_mem_dereg_params_t;
+
+typedef struct uct_md_mkey_pack_params {
+    uint64_t field_mask;
+    unsigned flags;
+} uct_md_mkey_pack_params_t;
+
+typedef struct uct_md_mem_attach_params {
+    uint64_t field_mask;
+    uint64_t flags;
+    size_t   mkey_size;
+} uct_md_mem_attach_params_t;
+
+typedef struct uct_rkey_compare_params {
+    uint64_t field_mask;
+} uct_rkey_compare_params_t;
+
+typedef struct uct_rkey_unpack_params {
+    uint64_t         field_mask;
+    ucs_sys_device_t sys_device;
+} uct_rkey_unpack_params_t;
+
+typedef struct uct_md_mem_attr_v2 {
+    uint64_t          field_mask;
+    ucs_memory_type_t mem_type;
+    ucs_sys_device_t  sys_dev;
+    void             *base_address;
+    size_t            alloc_length;
+    int               dmabuf_fd;
+    size_t            dmabuf_offset;
+    uint8_t           mem_flags;
+} uct_md_mem_attr_v2_t;
+
+typedef struct uct_md_attr_v2 {
+    uint64_t          field_mask;
+    uint64_t          max_alloc;
+    size_t            max_reg;
+    uint64_t          flags;
+    uint64_t          reg_mem_types;
+    uint64_t          reg_nonblock_mem_types;
+    uint64_t          cache_mem_types;
+    uint64_t          gva_mem_types;
+    uint64_t          detect_mem_types;
+    uint64_t          alloc_mem_types;
+    uint64_t          access_mem_types;
+    uint64_t          dmabuf_mem_types;
+    ucs_linear_func_t reg_cost;
+    char              component_name[UCT_COMPONENT_NAME_MAX];
+    size_t            rkey_packed_size;
+    ucs_cpu_set_t     local_cpus;
+    size_t            exported_mkey_packed_size;
+    char              global_id[UCT_MD_GLOBAL_ID_MAX];
+    size_t            reg_alignment;
+    uint8_t           required_mem_flags;
+} uct_md_attr_v2_t;
+
+ucs_status_t uct_md_query_v2(uct_md_h md, uct_md_attr_v2_t *md_attr);
+
+/* --- uct/base/uct_component.h ------------------------------------------- */
+
+typedef struct uct_component uct_component_t;
+
+struct uct_component {
+    const char name[UCT_COMPONENT_NAME_MAX];
+    ucs_status_t (*query_md_resources)(uct_component_t *component,
+                                       uct_md_resource_desc_t **resources_p,
+                                       unsigned *num_resources_p);
+    ucs_status_t (*md_open)(uct_component_t *component, const char *md_name,
+                            const uct_md_config_t *config, uct_md_h *md_p);
+    ucs_status_t (*cm_open)(uct_component_t *component, uct_worker_h worker,
+                            const uct_cm_config_t *config, uct_cm_h *cm_p);
+    ucs_status_t (*rkey_unpack)(uct_component_t *component,
+                                const void *rkey_buffer,
+                                const uct_rkey_unpack_params_t *params,
+                                uct_rkey_t *rkey_p, void **handle_p);
+    ucs_status_t (*rkey_ptr)(uct_component_t *component, uct_rkey_t rkey,
+                             void *handle, uint64_t remote_addr,
+                             void **local_addr_p);
+    ucs_status_t (*rkey_release)(uct_component_t *component, uct_rkey_t rkey,
+                                 void *handle);
+    ucs_status_t (*rkey_compare)(uct_component_t *component, uct_rkey_t rkey1,
+                                 uct_rkey_t rkey2,
+                                 const uct_rkey_compare_params_t *params,
+                                 int *result);
+    ucs_config_global_list_entry_t md_config;
+    ucs_config_global_list_entry_t cm_config;
+    ucs_list_link_t                tl_list;
+    ucs_list_link_t                list;
+    uint64_t                       flags;
+    void                           (*md_vfs_init)(uct_md_h md);
+};
+
+extern ucs_list_link_t uct_components_list;
+
+void uct_component_register(uct_component_t *component);
+void uct_component_unregister(uct_component_t *component);
+
+/* --- uct/base/uct_md.h --------------------------------------------------- */
+
+typedef struct uct_md_ops {
+    void         (*close)(uct_md_h md);
+    ucs_status_t (*query)(uct_md_h md, uct_md_attr_v2_t *md_attr);
+    ucs_status_t (*mem_alloc)(uct_md_h md, size_t *length_p, void **address_p,
+                              ucs_memory_type_t mem_type,
+                              ucs_sys_device_t sys_dev, unsigned flags,
+                              const char *alloc_name, uct_mem_h *memh_p);
+    ucs_status_t (*mem_free)(uct_md_h md, uct_mem_h memh);
+    ucs_status_t (*mem_advise)(uct_md_h md, uct_mem_h memh, void *addr,
+                               size_t length, unsigned advice);
+    ucs_status_t (*mem_reg)(uct_md_h md, void *address, size_t length,
+                            const uct_md_mem_reg_params_t *params,
+                            uct_mem_h *memh_p);
+    ucs_status_t (*mem_dereg)(uct_md_h md,
+                              const uct_md_mem_dereg_params_t *params);
+    ucs_status_t (*mem_query)(uct_md_h md, const void *address, size_t length,
+                              uct_md_mem_attr_v2_t *mem_attr);
+    ucs_status_t (*mkey_pack)(uct_md_h md, uct_mem_h memh, void *address,
+                              size_t length,
+                              const uct_md_mkey_pack_params_t *params,
+                              void *buffer);
+    ucs_status_t (*mem_attach)(uct_md_h md, const void *mkey_buffer,
+                               uct_md_mem_attach_params_t *params,
+                               uct_mem_h *memh_p);
+    ucs_status_t (*detect_memory_type)(uct_md_h md, const void *addr,
+                                       size_t length,
+                                       ucs_memory_type_t *mem_type_p);
+    /* 1.22 passes the first four arguments only; span's ops read none */
+    ucs_status_t (*mem_elem_pack)(uct_md_h md, uct_mem_h memh, uct_rkey_t rkey,
+                                  uct_device_mem_elem_t *mem_elem_p,
+                                  void **release_handle_p);
+    /* 1.23 only: 1.22 never reads past mem_elem_pack */
+    void         (*mem_elem_release)(uct_md_h md, void *release_handle);
+} uct_md_ops_t;
+
+struct uct_md_config {
+    char dummy; /* C forbids empty structures */
+};
+
+extern ucs_config_field_t uct_md_config_table[];
+
+struct uct_md {
+    uct_md_ops_t    *ops;
+    uct_component_t *component;
+};
+
+/* --- uct/base/uct_iface.h ------------------------------------------------ */
+
+typedef struct uct_tl_device_resource {
+    char              name[UCT_DEVICE_NAME_MAX];
+    uct_device_type_t type;
+    ucs_sys_device_t  sys_device;
+} uct_tl_device_resource_t;
+
+typedef struct uct_tl {
+    char                           name[UCT_TL_NAME_MAX];
+    ucs_status_t                   (*query_devices)(
+            uct_md_h md, uct_tl_device_resource_t **tl_devices_p,
+            unsigned *num_tl_devices_p);
+    ucs_status_t                   (*iface_open)(
+            uct_md_h md, uct_worker_h worker, const uct_iface_params_t *params,
+            const uct_iface_config_t *config, uct_iface_h *iface_p);
+    ucs_config_global_list_entry_t config;
+    ucs_list_link_t                list;
+} uct_tl_t;
+
+/* The head of uct_base_iface_t: a twin reads and replaces internal_ops of
+ * the inner iface it returns, and checks md and worker against what it
+ * opened the iface with before it trusts the layout */
+typedef struct span_ucx_base_iface {
+    uct_iface_t  super;
+    void         *internal_ops;
+    uct_md_h     md;
+    uct_worker_h worker;
+} span_ucx_base_iface_t;
+
+/* Slots of uct_iface_internal_ops_t every supported release has, in order */
+enum {
+    SPAN_UCX_INTERNAL_IFACE_QUERY_V2 = 0,
+    SPAN_UCX_INTERNAL_EP_PUT_SGL_ZCOPY = 9
+};
+
+typedef ucs_status_t (*span_ucx_iface_query_v2_func_t)(uct_iface_h iface,
+                                                       void *iface_attr);
+
+/* Room for the internal ops of any supported release */
+#define SPAN_UCX_INTERNAL_OPS_MAX 16
+
+/* What differs between the supported UCX releases */
+typedef struct span_ucx_layout {
+    unsigned major;
+    unsigned minor;
+    /* a libuct symbol this release has and earlier ones lack */
+    const char *has_symbol;
+    /* a libuct symbol this release lacks and the later ones have, or NULL */
+    const char *lacks_symbol;
+    size_t     internal_ops_size;   /* sizeof(uct_iface_internal_ops_t) */
+    int        get_sgl_slot;        /* ep_get_sgl_zcopy's slot, or -1 */
+    /* uct_iface_attr_v2_t: where its capability flags are, the field-mask
+     * bit that asks for them, and the flags of the SGL ops */
+    size_t     attr_v2_cap_flags_offset;
+    uint64_t   attr_v2_field_cap_flags;
+    uint64_t   attr_v2_field_sgl_counts;
+    size_t     attr_v2_sgl_counts_offset;
+    unsigned   attr_v2_num_sgl_counts;
+    uint64_t   v2_flags_sgl;
+} span_ucx_layout_t;
+
+/* The layout of the UCX in the process; set by span_ucx_select() */
+extern const span_ucx_layout_t *span_ucx;
+
+/*
+ * Learns which UCX the plugin's UCX symbols resolve to and selects its
+ * layout. UCS_ERR_UNSUPPORTED, with one warning line naming both versions
+ * (or saying what is unknown), where none fits.
+ */
+ucs_status_t span_ucx_select(void);
+
+/*
+ * Whether an iface just opened by an inner transport is laid out as the
+ * selected release says: its md and worker where uct_base_iface_t has them,
+ * its internal ops code of a loaded object. Warns once where it is not.
+ */
+int span_ucx_iface_check(uct_iface_h iface, uct_md_h md, uct_worker_h worker);
+
+/* Whether a component's fields read as a component's: name, functions in
+ * loaded code, tl_list a list */
+int span_ucx_component_check(const uct_component_t *component);
+
+/* A packed cuda_ipc key (uct_cuda_ipc_rkey_t) begins with its handle type,
+ * a 32-bit enum whose UCT_CUDA_IPC_KEY_HANDLE_TYPE_NO_IPC is 0: cuda_ipc
+ * found no handle it can export for the memory (1.22 and 1.23 alike) */
+#define SPAN_CUDA_IPC_COMPONENT  "cuda_ipc"
+#define SPAN_CUDA_IPC_KEY_NO_IPC 0u
 
 #endif

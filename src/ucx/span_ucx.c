@@ -1,0 +1,262 @@
+/*
+ * Which UCX the plugin runs in, and what its internal layouts are there.
+ *
+ * The plugin has no DT_NEEDED on UCX: its UCX symbols resolve to whichever
+ * UCX loaded it (a wheel's, NIXL's renamed copy, a distro's). That UCX is
+ * found through one of those symbols (dladdr of uct_md_open gives the very
+ * libuct they bind to), its version read from the libucp of the same
+ * installation where the process has one, and cross-checked against symbols
+ * only some releases export. Nothing is ever opened by name.
+ */
+#include "span_ucx.h"
+#include "span_ucx_1_22.h"
+#include "span_ucx_1_23.h"
+
+#include <ucs/debug/log_def.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SPAN_UCX_LAYOUT(_minor, _has, _lacks, _get_sgl_slot, _sgl_counts, \
+                        _sgl_count_first, _field_sgl, _field_flags, _flags) \
+    { \
+        .major                     = 1, \
+        .minor                     = _minor, \
+        .has_symbol                = _has, \
+        .lacks_symbol              = _lacks, \
+        .internal_ops_size         = \
+                sizeof(span_ucx_1_##_minor##_internal_ops_t), \
+        .get_sgl_slot              = _get_sgl_slot, \
+        .attr_v2_cap_flags_offset  = \
+                offsetof(span_ucx_1_##_minor##_iface_attr_v2_t, cap.flags), \
+        .attr_v2_field_cap_flags   = _field_flags, \
+        .attr_v2_field_sgl_counts  = _field_sgl, \
+        .attr_v2_sgl_counts_offset = \
+                offsetof(span_ucx_1_##_minor##_iface_attr_v2_t, \
+                         _sgl_count_first), \
+        .attr_v2_num_sgl_counts    = _sgl_counts, \
+        .v2_flags_sgl              = _flags \
+    }
+
+static const span_ucx_layout_t span_ucx_layouts[] = {
+#ifndef SPAN_UCX_TEST_FOREIGN
+    SPAN_UCX_LAYOUT(22, "uct_ep_put_sgl_zcopy", "uct_md_mem_elem_release", -1,
+                    1, max_put_sgl_zcopy_count,
+                    SPAN_UCX_1_22_ATTR_FIELD_MAX_PUT_SGL,
+                    SPAN_UCX_1_22_ATTR_FIELD_CAP_FLAGS,
+                    SPAN_UCX_1_22_FLAG_V2_PUT_SGL_ZCOPY),
+    SPAN_UCX_LAYOUT(23, "uct_md_mem_elem_release", NULL,
+                    ucs_offsetof(span_ucx_1_23_internal_ops_t,
+                                 ep_get_sgl_zcopy) / sizeof(void*),
+                    2, max_put_sgl_zcopy_count,
+                    SPAN_UCX_1_23_ATTR_FIELD_MAX_PUT_SGL |
+                    SPAN_UCX_1_23_ATTR_FIELD_MAX_GET_SGL,
+                    SPAN_UCX_1_23_ATTR_FIELD_CAP_FLAGS,
+                    SPAN_UCX_1_23_FLAG_V2_PUT_SGL_ZCOPY |
+                    SPAN_UCX_1_23_FLAG_V2_GET_SGL_ZCOPY)
+#else
+    /* the refusal test's build: a release no UCX here is */
+    SPAN_UCX_LAYOUT(22, "span_no_such_symbol", NULL, -1, 1,
+                    max_put_sgl_zcopy_count, 0, 0, 0)
+#endif
+};
+
+#ifdef SPAN_UCX_TEST_FOREIGN
+#  define SPAN_UCX_MINOR_OF(_layout) 21u
+#else
+#  define SPAN_UCX_MINOR_OF(_layout) ((_layout)->minor)
+#endif
+
+const span_ucx_layout_t *span_ucx;
+
+typedef void (*span_ucx_get_version_func_t)(unsigned*, unsigned*, unsigned*);
+
+typedef struct span_ucx_find_ucp {
+    const char                  *dir;     /* libuct's directory */
+    size_t                      dir_len;
+    span_ucx_get_version_func_t get_version;
+} span_ucx_find_ucp_t;
+
+static size_t span_ucx_dir_len(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    return (slash == NULL) ? 0 : (size_t)(slash - path);
+}
+
+/* A libucp loaded from libuct's directory: the same installation, whatever
+ * its file is called (auditwheel renames it) */
+static int span_ucx_find_ucp_cb(struct dl_phdr_info *info, size_t size,
+                                void *arg)
+{
+    span_ucx_find_ucp_t *find = arg;
+    const char *name          = info->dlpi_name;
+    void *dl;
+
+    if ((name == NULL) || (span_ucx_dir_len(name) != find->dir_len) ||
+        strncmp(name, find->dir, find->dir_len) ||
+        strncmp(name + find->dir_len, "/libucp", 7)) {
+        return 0;
+    }
+
+    dl = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (dl == NULL) {
+        return 0;
+    }
+    find->get_version = (span_ucx_get_version_func_t)dlsym(dl,
+                                                           "ucp_get_version");
+    dlclose(dl);
+    return find->get_version != NULL;
+}
+
+static int span_ucx_has(void *libuct, const char *symbol)
+{
+    return (symbol != NULL) && (dlsym(libuct, symbol) != NULL);
+}
+
+static int span_ucx_layout_fits(const span_ucx_layout_t *layout, void *libuct)
+{
+    return span_ucx_has(libuct, layout->has_symbol) &&
+           !span_ucx_has(libuct, layout->lacks_symbol);
+}
+
+static const span_ucx_layout_t *span_ucx_layout_find(unsigned major,
+                                                     unsigned minor)
+{
+    const span_ucx_layout_t *layout;
+
+    ucs_carray_for_each(layout, span_ucx_layouts,
+                        ucs_static_array_size(span_ucx_layouts)) {
+        if ((layout->major == major) && (SPAN_UCX_MINOR_OF(layout) == minor)) {
+            return layout;
+        }
+    }
+    return NULL;
+}
+
+static void span_ucx_supported(char *buf, size_t max)
+{
+    const span_ucx_layout_t *layout;
+    size_t len = 0;
+
+    buf[0] = '\0';
+    ucs_carray_for_each(layout, span_ucx_layouts,
+                        ucs_static_array_size(span_ucx_layouts)) {
+        len += snprintf(buf + len, max - ucs_min(len, max), "%s%u.%u",
+                        (len == 0) ? "" : " and ", layout->major,
+                        SPAN_UCX_MINOR_OF(layout));
+    }
+}
+
+/* Without a libucp (a UCT-only program) the symbols alone tell the release */
+static ucs_status_t span_ucx_select_by_symbols(void *libuct,
+                                               const char *supported,
+                                               const char *libuct_path)
+{
+    const span_ucx_layout_t *layout;
+
+    ucs_carray_for_each(layout, span_ucx_layouts,
+                        ucs_static_array_size(span_ucx_layouts)) {
+        if (span_ucx_layout_fits(layout, libuct)) {
+            span_ucx = layout;
+            return UCS_OK;
+        }
+    }
+    ucs_warn("span: libuct_span supports UCX %s, but %s matches none of "
+             "them and the process has no libucp to tell its version; it "
+             "does not register", supported, libuct_path);
+    return UCS_ERR_UNSUPPORTED;
+}
+
+ucs_status_t span_ucx_select(void)
+{
+    span_ucx_find_ucp_t find = {};
+    const span_ucx_layout_t *layout;
+    unsigned major, minor, release;
+    char supported[64];
+    ucs_status_t status;
+    Dl_info info;
+    void *libuct;
+
+    span_ucx_supported(supported, sizeof(supported));
+    if (!dladdr((void*)uct_md_open, &info) || (info.dli_fname == NULL) ||
+        ((libuct = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+        ucs_warn("span: cannot find the libuct this process uses; "
+                 "libuct_span (UCX %s) does not register", supported);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    find.dir     = info.dli_fname;
+    find.dir_len = span_ucx_dir_len(info.dli_fname);
+    dl_iterate_phdr(span_ucx_find_ucp_cb, &find);
+    if (find.get_version == NULL) {
+        status = span_ucx_select_by_symbols(libuct, supported, info.dli_fname);
+        goto out;
+    }
+
+    find.get_version(&major, &minor, &release);
+    layout = span_ucx_layout_find(major, minor);
+    if (layout == NULL) {
+        ucs_warn("span: libuct_span supports UCX %s but is loaded into UCX "
+                 "%u.%u.%u; it does not register", supported, major, minor,
+                 release);
+        status = UCS_ERR_UNSUPPORTED;
+    } else if (!span_ucx_layout_fits(layout, libuct)) {
+        ucs_warn("span: UCX %u.%u.%u (%s) lacks '%s' or has '%s', unlike "
+                 "every %u.%u; libuct_span does not register rather than "
+                 "guess its layout", major, minor, release, info.dli_fname,
+                 layout->has_symbol,
+                 (layout->lacks_symbol != NULL) ? layout->lacks_symbol : "-",
+                 major, minor);
+        status = UCS_ERR_UNSUPPORTED;
+    } else {
+        span_ucx = layout;
+        status   = UCS_OK;
+    }
+
+out:
+    dlclose(libuct);
+    if (status == UCS_OK) {
+        ucs_debug("span: UCX %u.%u layout selected (libuct %s)",
+                  span_ucx->major, span_ucx->minor, info.dli_fname);
+    }
+    return status;
+}
+
+static int span_ucx_is_code(const void *func)
+{
+    Dl_info info;
+
+    return (func != NULL) && dladdr(func, &info) && (info.dli_fbase != NULL);
+}
+
+int span_ucx_component_check(const uct_component_t *component)
+{
+    return (memchr(component->name, '\0', sizeof(component->name)) != NULL) &&
+           span_ucx_is_code((void*)component->query_md_resources) &&
+           span_ucx_is_code((void*)component->md_open) &&
+           span_ucx_is_code((void*)component->rkey_unpack) &&
+           (component->tl_list.next->prev == &component->tl_list);
+}
+
+int span_ucx_iface_check(uct_iface_h iface, uct_md_h md, uct_worker_h worker)
+{
+    static int warned;
+    const span_ucx_base_iface_t *base = (const span_ucx_base_iface_t*)iface;
+    void *const *internal_ops         = base->internal_ops;
+
+    if ((base->md == md) && (base->worker == worker) &&
+        (internal_ops != NULL) &&
+        span_ucx_is_code(internal_ops[SPAN_UCX_INTERNAL_IFACE_QUERY_V2])) {
+        return 1;
+    }
+
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+        ucs_warn("span: iface %p of UCX %u.%u is not laid out as span reads "
+                 "it (md %p, expected %p; worker %p, expected %p); twins of "
+                 "this transport are not offered", iface, span_ucx->major,
+                 span_ucx->minor, base->md, md, base->worker, worker);
+    }
+    return 0;
+}

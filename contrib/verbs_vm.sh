@@ -11,8 +11,9 @@
 # kernel package is downloaded and unpacked, never installed. `run` prints
 # each command's output and exit status and exits with the first non-zero
 # one; 77 where qemu or the prepared VM is missing (the reason on stderr).
-# VERBS_VM_TIMEOUT (seconds, default 600) bounds the whole VM run; its qemu
-# is killed on every way out. VERBS_VM_ENV names host variables to pass.
+# Commands run under bash -o pipefail. VERBS_VM_TIMEOUT (seconds, default
+# 600) bounds the whole VM run; its qemu is killed on every way out.
+# VERBS_VM_ENV names host variables to pass; VERBS_VM_LOG keeps the console.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -163,6 +164,7 @@ run() {
             [ -z "$p" ] || kill -9 "$p" 2>/dev/null || true
             wait "$qpid" 2>/dev/null || true
         fi
+        [ -z "${VERBS_VM_LOG:-}" ] || cp "$run/console" "$VERBS_VM_LOG" || true
         rm -rf "$run"
     }
     trap cleanup EXIT
@@ -176,11 +178,12 @@ run() {
         done
         i=0
         for c in "$@"; do
-            echo "bash -c $(printf %q "$c") 2>&1; echo \$? > $(printf %q "$run/status.$i")"
+            echo "bash -o pipefail -c $(printf %q "$c") 2>&1; echo \$? > $(printf %q "$run/status.$i")"
             i=$((i + 1))
         done
     } > "$run/cmd.sh"
 
+    : > "$run/console" # before tail opens it
     timeout -k 5 "$limit" "$qemu" -accel "${VERBS_VM_ACCEL:-tcg}" -cpu max \
         -smp 2 -m "${VERBS_VM_MEM:-2048}" -no-reboot -display none \
         -monitor none -serial stdio -pidfile "$run/qemu.pid" \

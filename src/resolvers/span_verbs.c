@@ -76,15 +76,16 @@ uint64_t span_verbs_md_max_reg(const span_verbs_ops_t *ops,
         return max_reg;
     }
     ucs_diag("span verbs: md '%s': device max_mr_size %" PRIu64 ", md "
-             "max_reg %" PRIu64 ": registrations are chunked past %" PRIu64
-             " bytes or UCX_SPAN_MAX_CHUNK, the smaller", md_name,
-             max_mr_size, max_reg, ucs_min(max_reg, max_mr_size));
+             "max_reg %" PRIu64 ": chunk limit %" PRIu64 ", or "
+             "UCX_SPAN_MAX_CHUNK where smaller", md_name, max_mr_size,
+             max_reg, ucs_min(max_reg, max_mr_size));
     return ucs_min(max_reg, max_mr_size);
 }
 
 #if HAVE_INFINIBAND_VERBS_H
 #include <infiniband/verbs.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 
 static typeof(ibv_query_device) *span_verbs_query_device;
@@ -105,14 +106,33 @@ static int span_verbs_query_max_mr_size(struct ibv_context *context,
     return ret;
 }
 
-/* The exported functions, not verbs.h's inline wrapper of
- * ibv_get_device_list */
+static int span_verbs_find_loaded(struct dl_phdr_info *info, size_t size,
+                                  void *arg)
+{
+    const char *base = strrchr(info->dlpi_name, '/');
+
+    base = (base != NULL) ? base + 1 : info->dlpi_name;
+    if (strncmp(base, "libibverbs", 10)) {
+        return 0;
+    }
+    *(void**)arg = dlopen(info->dlpi_name,
+                          RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    ucs_debug("span verbs: using %s, loaded by the process", info->dlpi_name);
+    return *(void**)arg != NULL;
+}
+
+/* The libibverbs the ib module already runs on (a wheel's is renamed, as
+ * NIXL's libibverbs-<hash>.so), else the system's. The exported functions,
+ * not verbs.h's inline wrapper of ibv_get_device_list. */
 static void span_verbs_load(void)
 {
-    void *lib = dlopen("libibverbs.so.1",
-                       RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     span_verbs_ops_t *ops = &span_verbs_library_ops;
+    void *lib             = NULL;
 
+    dl_iterate_phdr(span_verbs_find_loaded, &lib);
+    if (lib == NULL) {
+        lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    }
     if (lib == NULL) {
         ucs_debug("span verbs: resolver off: %s", dlerror());
         return;

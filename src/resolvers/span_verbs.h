@@ -2,8 +2,9 @@
  * Verbs resolver: the largest region the RDMA device under an ib MD can
  * register, its max_mr_size. UCX's ib MD reports no limit (max_reg
  * SIZE_MAX) although the device has one, and a registration past it fails
- * in the kernel. libibverbs.so.1 is loaded at run time: without it the
- * resolver is off and the MD's own max_reg stands.
+ * in the kernel. libibverbs is loaded at run time (the one the process
+ * already runs, else libibverbs.so.1): without it the resolver is off and
+ * the MD's own max_reg stands.
  */
 #ifndef SPAN_VERBS_H_
 #define SPAN_VERBS_H_

@@ -18,7 +18,7 @@ for mod in uct_cuda ucm_cuda uct_cma ucx_perftest_cuda; do
 done
 cp "$ucx/bin/ucx_perftest" "$ucx/bin/ucx_info" "$out/ucx/bin/"
 cp "$ucx"/libucx_cu13.libs/*.so* "$out/ucx/lib/" # for ucx_perftest and its cuda module
-cp -L "$top/src/.libs/libuct_span.so.0" "$out/span/"
+cp -L "$top/src/.libs/libuct_span.so.0" "$top/src/.libs/libspan_impl.so" "$out/span/"
 for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
 done

@@ -5,6 +5,7 @@
  */
 #include "span_component.h"
 #include "span_iface.h"
+#include "span_loader.h"
 #include "span_md.h"
 #include "span_rkey.h"
 #include "span_spill.h"
@@ -479,10 +480,10 @@ static ucs_status_t span_components_check(void)
  * The structures declared in ucx/span_ucx.h change between UCX minor
  * releases: in a release span has no layout for, or one whose layout does
  * not check out, the component stays unregistered rather than read them
- * wrong. UCX calls this, by name, after loading the module.
+ * wrong. The loader (span_loader.c) calls this once UCX's symbols resolve.
  */
 ucs_status_t __attribute__((visibility("protected")))
-ucs_module_global_init(void)
+span_impl_global_init(void)
 {
     if ((span_ucx_select() != UCS_OK) || (span_components_check() != UCS_OK)) {
         return UCS_ERR_UNSUPPORTED;

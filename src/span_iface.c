@@ -30,6 +30,10 @@ typedef struct span_tl {
 
 typedef struct span_iface {
     uct_iface_ops_t    ops;       /* the inner transport's, as opened */
+    void               *inner_internal_ops; /* uct_base_iface_t's, as opened */
+    /* the twin's copy of them: SGL ops, whose rkeys and memhs span would
+     * have to translate per element, are neither advertised nor reachable */
+    void               *internal_ops[SPAN_UCX_INTERNAL_OPS_MAX];
     uint64_t           max_op;    /* chunk overlap: ops of at most this many
                                      bytes fit in a chunk; 0: no chunks */
     size_t             put_max_iov;
@@ -527,6 +531,96 @@ static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
     return siface->ops.iface_flush(iface, flags, comp);
 }
 
+/* A fence orders what follows after what came before: the deferred pieces
+ * of split ops are issued first, or the fence waits for resources */
+static ucs_status_t span_fence_deferred(span_iface_t *siface, uct_ep_h ep)
+{
+    if (!span_split_queue_busy(&siface->queue, ep)) {
+        return UCS_OK;
+    }
+    span_split_queue_progress(&siface->queue);
+    return span_split_queue_busy(&siface->queue, ep) ? UCS_ERR_NO_RESOURCE :
+                                                       UCS_OK;
+}
+
+static ucs_status_t span_ep_fence(uct_ep_h ep, unsigned flags)
+{
+    span_iface_t *siface = span_iface_get(ep->iface);
+    ucs_status_t status  = span_fence_deferred(siface, ep);
+
+    return (status == UCS_OK) ? siface->ops.ep_fence(ep, flags) : status;
+}
+
+static ucs_status_t span_iface_fence(uct_iface_h iface, unsigned flags)
+{
+    span_iface_t *siface = span_iface_get(iface);
+    ucs_status_t status  = span_fence_deferred(siface, NULL);
+
+    return (status == UCS_OK) ? siface->ops.iface_fence(iface, flags) :
+                                status;
+}
+
+static ucs_status_t span_iface_query_v2(uct_iface_h iface, void *attr)
+{
+    span_iface_t *siface = span_iface_get(iface);
+    span_ucx_iface_query_v2_func_t query =
+            ((void**)siface->inner_internal_ops)[
+                    SPAN_UCX_INTERNAL_IFACE_QUERY_V2];
+    ucs_status_t status  = query(iface, attr);
+    uint64_t field_mask  = *(uint64_t*)attr;
+    size_t *counts;
+    unsigned i;
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (field_mask & span_ucx->attr_v2_field_cap_flags) {
+        *(uint64_t*)UCS_PTR_BYTE_OFFSET(attr,
+                                        span_ucx->attr_v2_cap_flags_offset) &=
+                ~span_ucx->v2_flags_sgl;
+    }
+    counts = UCS_PTR_BYTE_OFFSET(attr, span_ucx->attr_v2_sgl_counts_offset);
+    for (i = 0; i < span_ucx->attr_v2_num_sgl_counts; ++i) {
+        if (field_mask & (span_ucx->attr_v2_field_sgl_counts & UCS_BIT(i))) {
+            counts[i] = 0;
+        }
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t span_ep_sgl_zcopy(uct_ep_h ep, void *const *buffers,
+                                      const size_t *lengths,
+                                      uct_mem_h const *memhs,
+                                      const uint64_t *remote_addrs,
+                                      uct_rkey_t const *rkeys,
+                                      const size_t *counts,
+                                      const size_t *strides, size_t count,
+                                      uct_completion_t *comp)
+{
+    ucs_error("span: ep %p: SGL zcopy is not offered by twin transports; "
+              "UCP uses it only where the iface advertises it", ep);
+    return UCS_ERR_UNSUPPORTED;
+}
+
+/* Replaces the inner iface's internal ops by the twin's copy */
+static void span_iface_patch_internal(span_iface_t *siface, uct_iface_h iface)
+{
+    span_ucx_base_iface_t *base = (span_ucx_base_iface_t*)iface;
+
+    siface->inner_internal_ops = base->internal_ops;
+    memcpy(siface->internal_ops, base->internal_ops,
+           span_ucx->internal_ops_size);
+    siface->internal_ops[SPAN_UCX_INTERNAL_IFACE_QUERY_V2] =
+            (void*)span_iface_query_v2;
+    siface->internal_ops[SPAN_UCX_INTERNAL_EP_PUT_SGL_ZCOPY] =
+            (void*)span_ep_sgl_zcopy;
+    if (span_ucx->get_sgl_slot >= 0) {
+        siface->internal_ops[span_ucx->get_sgl_slot] =
+                (void*)span_ep_sgl_zcopy;
+    }
+    base->internal_ops = siface->internal_ops;
+}
+
 static void span_ep_destroy(uct_ep_h ep)
 {
     span_iface_t *siface = span_iface_get(ep->iface);
@@ -551,6 +645,9 @@ static ucs_status_t span_iface_query(uct_iface_h iface, uct_iface_attr_t *attr)
         return status;
     }
 
+    /* pieces of a split put may wait in span's queue while an AM goes out:
+     * UCP must fence (1.22 skips the rendezvous fence on this flag) */
+    attr->cap.flags &= ~UCT_IFACE_FLAG_PUT_AM_ORDER;
     span_iface_cap(&attr->cap.put.max_iov, SPAN_IOV_MAX);
     span_iface_cap(&attr->cap.get.max_iov, SPAN_IOV_MAX);
     span_iface_cap(&attr->cap.am.max_iov, SPAN_IOV_MAX);
@@ -573,6 +670,7 @@ static void span_iface_close(uct_iface_h iface)
     uct_iface_close_func_t inner_close = siface->ops.iface_close;
 
     span_split_queue_cancel(&siface->queue, NULL);
+    ((span_ucx_base_iface_t*)iface)->internal_ops = siface->inner_internal_ops;
     free(siface);
     inner_close(iface);
 }
@@ -602,6 +700,8 @@ static void span_iface_patch(uct_iface_ops_t *ops)
     SPAN_IFACE_PATCH(ops, ep_tag_rndv_zcopy,    span_ep_tag_rndv_zcopy)
     SPAN_IFACE_PATCH(ops, iface_tag_recv_zcopy, span_iface_tag_recv_zcopy)
     SPAN_IFACE_PATCH(ops, ep_flush,             span_ep_flush)
+    SPAN_IFACE_PATCH(ops, ep_fence,             span_ep_fence)
+    SPAN_IFACE_PATCH(ops, iface_fence,          span_iface_fence)
     SPAN_IFACE_PATCH(ops, ep_destroy,           span_ep_destroy)
     SPAN_IFACE_PATCH(ops, iface_flush,          span_iface_flush)
     SPAN_IFACE_PATCH(ops, iface_query,          span_iface_query)
@@ -717,6 +817,11 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
         goto err_free;
     }
 
+    if (!span_ucx_iface_check(iface, smd->inner, worker)) {
+        status = UCS_ERR_UNSUPPORTED;
+        goto err_close;
+    }
+
     status = iface->ops.iface_query(iface, &attr);
     if (status != UCS_OK) {
         goto err_close;
@@ -733,6 +838,7 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
     }
 
     span_iface_patch(&iface->ops);
+    span_iface_patch_internal(siface, iface);
     ucs_debug("span: opened %s/%s as iface %p over %s", tl->super.name,
               params->mode.device.dev_name, iface, tl->inner->name);
     *iface_p = iface;

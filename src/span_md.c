@@ -8,6 +8,7 @@
 #include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <ucs/sys/string.h>
 #include <string.h>
 
@@ -46,6 +47,19 @@ ucs_config_field_t span_md_config_table[] = {
      "every registration with inner keys (tests); no: never, such a\n"
      "registration fails.",
      ucs_offsetof(span_md_config_t, spill), UCS_CONFIG_TYPE_TERNARY},
+
+    {"VMM_WIDEN", "64g",
+     "With UCX's defaults (UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES=cuda) UCP cuts\n"
+     "the registration of a buffer over several VMM handles (PyTorch's\n"
+     "expandable segments, cuMemCreate pools) to the handle that holds its\n"
+     "first byte, and every op past it would be refused. A registration of\n"
+     "exactly one POSIX-fd VMM handle is therefore widened over the handles\n"
+     "of its size mapped right after it on the same device, up to this many\n"
+     "bytes and a quarter of RLIMIT_NOFILE handles (span may export one fd\n"
+     "per handle). The peer may then access those neighbours too. 0: never\n"
+     "widen (set UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= so that UCP registers\n"
+     "buffers as given).",
+     ucs_offsetof(span_md_config_t, vmm_widen), UCS_CONFIG_TYPE_MEMUNITS},
 
     {"TEST_UNIT_SIZE", "inf",
      "For tests: declare a hard boundary (a physical allocation boundary,\n"
@@ -375,43 +389,16 @@ typedef struct span_md_extent {
     uint64_t identity;   /* 0 for host memory */
 } span_md_extent_t;
 
-/*
- * UCP registers device memory from the base the memory-type MD reports to
- * the end of its allocation (UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES, "cuda" by
- * default), and cuda_copy reports one physical allocation of a VMM range
- * (cuMemGetAddressRange): a buffer over several handles reaches span as its
- * first handle, and the key published for it ends there. Nothing here can
- * tell that request from one for one handle; where the next handle of the
- * same size is mapped right after it, the user is told once how to make UCP
- * pass the buffer's own range.
- */
-static void span_md_vmm_narrowed_hint(span_md_t *smd, void *address,
-                                      size_t length,
-                                      const span_cuda_extent_t *cuda)
+/* A request for exactly one VMM handle is what UCP makes of a buffer over
+ * several with its defaults (span_cuda_widen): the registration covers the
+ * handles mapped after it, so that ops past the first one are served */
+static void span_md_vmm_widen(span_md_t *smd, void *address, size_t length,
+                              span_cuda_extent_t *cuda)
 {
-    static int told;
-    uint64_t next_base, next_size;
-    const char *whole;
-
-    if (__atomic_load_n(&told, __ATOMIC_RELAXED) || (cuda->num_units != 1) ||
-        ((uintptr_t)address != cuda->base) || (length != cuda->length)) {
-        return;
+    if ((smd->widen.max_bytes != 0) && (cuda->num_units == 1) &&
+        ((uintptr_t)address == cuda->base) && (length == cuda->length)) {
+        span_cuda_widen(smd->cuda, cuda, &smd->widen);
     }
-    whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
-    if (((whole != NULL) && (*whole == '\0')) ||
-        !span_cuda_vmm_exportable(cuda->base) ||
-        (smd->cuda->range(cuda->base + cuda->length, &next_base,
-                          &next_size) != UCS_OK) ||
-        (next_size != cuda->length) ||
-        __atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
-        return;
-    }
-    ucs_warn("span md %p: a registration of exactly the VMM physical "
-             "allocation [%p, +%zu) was asked for, and another of its size is "
-             "mapped right after it: if the buffer goes on into it, UCP cut "
-             "it to its first handle and ops past it will be refused; set "
-             "UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= (empty) so that UCP registers "
-             "buffers as given", smd, address, length);
 }
 
 static ucs_status_t span_md_extent(span_md_t *smd, void *address,
@@ -436,7 +423,7 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
                   "%s", smd, address, length, ucs_status_string(status));
         return status;
     }
-    span_md_vmm_narrowed_hint(smd, address, length, &cuda);
+    span_md_vmm_widen(smd, address, length, &cuda);
     ext->base        = cuda.base;
     ext->length      = cuda.length;
     ext->unit_origin = cuda.base;
@@ -789,6 +776,19 @@ static uint64_t span_md_page_align(uint64_t size, int up)
     return (size + (up ? SPAN_RKEY_PAGE - 1 : 0)) & ~(SPAN_RKEY_PAGE - 1);
 }
 
+/* span may export one fd per handle of a widened registration: a quarter of
+ * the descriptors this process may open */
+static uint32_t span_md_widen_max_units(void)
+{
+    struct rlimit limit;
+
+    if ((getrlimit(RLIMIT_NOFILE, &limit) != 0) ||
+        (limit.rlim_cur == RLIM_INFINITY)) {
+        return SPAN_CHUNK_MAX;
+    }
+    return ucs_min(limit.rlim_cur / 4, SPAN_CHUNK_MAX);
+}
+
 /* Chunk size from the inner MD's limit and UCX_SPAN_MAX_CHUNK, overlap and
  * hard boundaries from the configuration */
 static ucs_status_t span_md_limits(span_md_t *smd,
@@ -829,6 +829,9 @@ static ucs_status_t span_md_limits(span_md_t *smd,
         return UCS_ERR_INVALID_PARAM;
     }
 
+    smd->widen.max_bytes = (config->vmm_widen == UCS_MEMUNITS_INF) ?
+                           UINT64_MAX : config->vmm_widen;
+    smd->widen.max_units = span_md_widen_max_units();
     smd->test_fail_reg    = config->test_fail_reg;
     smd->test_fail_dereg  = config->test_fail_dereg;
     smd->test_no_resource = config->test_no_resource;

@@ -15,6 +15,7 @@ typedef struct span_md_config {
     uct_md_config_t super;
     size_t          max_chunk;
     size_t          chunk_overlap;
+    size_t          vmm_widen;
     size_t          test_unit_size;
     unsigned        test_fail_reg;
     unsigned        test_fail_dereg;
@@ -39,6 +40,8 @@ typedef struct span_md {
     int              share;            /* memory events seen: registrations
                                           of a range are shared */
     const span_cuda_ops_t *cuda;       /* resolves device memory, or NULL */
+    span_cuda_widen_limits_t widen;    /* max_bytes 0: registrations of one
+                                          VMM handle are not widened */
     int              spill;            /* UCS_YES: always, UCS_TRY: keys
                                           that do not fit inline */
     span_registry_stats_t stats;

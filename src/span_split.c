@@ -176,9 +176,8 @@ static void span_split_release(span_split_t *split, ucs_status_t status)
     span_completion_invoke(&split->super, status);
 }
 
-static unsigned span_split_progress(void *arg)
+unsigned span_split_queue_progress(span_split_queue_t *queue)
 {
-    span_split_queue_t *queue = arg;
     span_split_t *split;
     ucs_status_t status;
     unsigned count = 0;
@@ -203,7 +202,8 @@ static void span_split_defer(span_split_queue_t *queue, span_split_t *split)
               ", +%zu): no resource", split, split->pieces + 1,
               split->remote_addr, split->remaining);
     ucs_list_add_tail(&queue->deferred, &split->list);
-    uct_worker_progress_register_safe(queue->worker, span_split_progress,
+    uct_worker_progress_register_safe(queue->worker,
+                                      (ucs_callback_t)span_split_queue_progress,
                                       queue, 0, &queue->cb_id);
 }
 

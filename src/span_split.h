@@ -48,6 +48,10 @@ void span_split_queue_init(span_split_queue_t *queue, uct_worker_h worker,
  * UCS_ERR_CANCELED */
 void span_split_queue_cancel(span_split_queue_t *queue, uct_ep_h ep);
 
+/* Issues deferred pieces in order until one meets no resource; the number
+ * of ops it finished issuing */
+unsigned span_split_queue_progress(span_split_queue_t *queue);
+
 /* Whether ep (or any ep where NULL) has deferred pieces */
 int span_split_queue_busy(const span_split_queue_t *queue, uct_ep_h ep);
 

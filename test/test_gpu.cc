@@ -119,12 +119,18 @@ protected:
     void map(unsigned seed)
     {
         size_t length = alloc_length();
-        ASSERT_EQ(UCS_OK, span_pair_map_kind(&m_pair, gcase().kind,
-                                             gcase().handles, length,
-                                             gcase().reg_offset,
-                                             length - gcase().reg_offset -
-                                             gcase().reg_trim, seed,
-                                             &m_region));
+        ucs_status_t status = span_pair_map_kind(&m_pair, gcase().kind,
+                                                 gcase().handles, length,
+                                                 gcase().reg_offset,
+                                                 length - gcase().reg_offset -
+                                                 gcase().reg_trim, seed,
+                                                 &m_region);
+        if ((status == UCS_ERR_UNSUPPORTED) &&
+            (gcase().kind == SPAN_GPU_MALLOC_PAIR)) {
+            GTEST_SKIP() << "the driver placed no block right after the "
+                            "other in 32 tries";
+        }
+        ASSERT_EQ(UCS_OK, status);
         m_mapped = true;
     }
 
@@ -172,7 +178,7 @@ protected:
                 if ((b > start + 2000) && (b + 2109 <= end)) {
                     v.push_back({b - 2000, 4109});
                 }
-                if (b + 108 <= end) {
+                if ((b >= start) && (b + 108 <= end)) {
                     v.push_back({b + 100, 8});
                 }
             }
@@ -187,13 +193,25 @@ protected:
         char info[65536];
         span_pair_ep_info(&m_pair, info, sizeof(info));
         const char *target_gpu = getenv("SPAN_PAIR_TARGET_GPU");
-        printf("GPU| %-16s | %-9s | %-8s | GPU 0->%s | %zu/%zu ops right | "
-               "%zu bytes wrong | %zu ops failed | rma over cuda_ipc%s: %s\n",
+        printf("GPU| %-18s | %-9s | %-8s | %s | GPU 0->%s | %zu/%zu ops "
+               "right | %zu bytes wrong | %zu ops failed | rma over "
+               "cuda_ipc%s: %s\n",
                gcase().name, twin() ? "cuda_ipc+" : "cuda_ipc", what,
-               target_gpu ? target_gpu : "0", done,
+               ucx_settings().c_str(), target_gpu ? target_gpu : "0", done,
                total, wrong, failed, twin() ? "+" : "",
                strstr(info, twin() ? "cuda_ipc+/" : "cuda_ipc/") ? "yes" :
                                                                      "no");
+    }
+
+    /* UCX's defaults, or the variables the suite changed */
+    static std::string ucx_settings()
+    {
+        const char *whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
+        const char *widen = getenv("UCX_SPAN_VMM_WIDEN");
+        std::string s = (whole == NULL) ? "defaults" :
+                        std::string("WHOLE_ALLOC_TYPES=") + whole;
+
+        return (widen == NULL) ? s : s + " VMM_WIDEN=" + widen;
     }
 
     void run_ops(const char *what, unsigned seed)
@@ -227,6 +245,9 @@ protected:
 TEST_P(gpu_pair, put_get)
 {
     ASSERT_NO_FATAL_FAILURE(map(7));
+    if (IsSkipped()) {
+        return;
+    }
     run_ops("put+get", 100);
 }
 
@@ -237,6 +258,10 @@ TEST_P(gpu_pair, free_and_allocate_again_at_the_same_address)
     if (gcase().kind == SPAN_GPU_EXTERNAL) {
         GTEST_SKIP() << "the tensor is PyTorch's to free: the target cannot "
                         "allocate again at its address";
+    }
+    if (gcase().kind == SPAN_GPU_MALLOC_PAIR) {
+        GTEST_SKIP() << "cuMemAlloc takes no address: the pair cannot be "
+                        "allocated again at its own";
     }
     ASSERT_NO_FATAL_FAILURE(map(7));
     ASSERT_EQ(0u, put_get(m_region.reg_offset, 4096, 50, 7));
@@ -256,6 +281,11 @@ std::vector<gpu_case> cases()
         {"malloc_sub_odd", SPAN_GPU_MALLOC, 0, 64, MiB + 4109, 40 * MiB + 13,
          true},
         {"async_pool", SPAN_GPU_ASYNC, 0, 32, 0, 0, true},
+        /* cudaMalloc blocks of 1 and 3 MiB back to back, which UCP's
+         * memtype cache may merge into one region that it registers
+         * whole: each block registered alone */
+        {"malloc_1_3_small", SPAN_GPU_MALLOC_PAIR, 0, 4, 0, 3 * MiB, true},
+        {"malloc_1_3_large", SPAN_GPU_MALLOC_PAIR, 0, 4, MiB, 0, true},
         {"vmm_1_handle", SPAN_GPU_VMM, 1, 16, 0, 0, true},
         {"vmm_16_handles", SPAN_GPU_VMM, 16, 16, 0, 0, false},
         {"vmm_16_sub_odd", SPAN_GPU_VMM, 16, 16, 3 * MiB + 4109,

@@ -903,7 +903,96 @@ TEST_P(span_uct_deferred, cancel_completes_deferred_op_once)
     dereg(lmemh);
 }
 
+/* A fence orders what follows after what came before, and span's deferred
+ * pieces came before: a put issued after the fence onto bytes a deferred
+ * piece covers must land last (UCP 1.23 fences the rendezvous ATP behind
+ * the data puts this way) */
+TEST_P(span_uct_deferred, fence_orders_deferred_pieces_first)
+{
+    for (int iface_wide = 0; iface_wide < 2; ++iface_wide) {
+        std::vector<uint8_t> local(size, uint8_t(0x40 + iface_wide));
+        std::vector<uint8_t> later(8, 0xee);
+        uct_mem_h lmemh = reg(local.data(), size);
+        uct_mem_h tmemh = reg(later.data(), later.size());
+        uct_iov_t iov   = {local.data(), size, lmemh, 0, 1};
+        uct_iov_t tail  = {later.data(), later.size(), tmemh, 0, 1};
+        counted_completion c, t;
+
+        ASSERT_EQ(UCS_INPROGRESS, uct_ep_put_zcopy(ep, &iov, 1, raddr(0),
+                                                   rkey.rkey, &c.super));
+        ucs_status_t status = iface_wide ? uct_iface_fence(iface, 0) :
+                                           uct_ep_fence(ep, 0);
+        ASSERT_EQ(UCS_OK, status) << (iface_wide ? "iface" : "ep")
+                                  << " fence";
+        status = uct_ep_put_zcopy(ep, &tail, 1, raddr(size - later.size()),
+                                  rkey.rkey, &t.super);
+        ASSERT_TRUE((status == UCS_OK) || (status == UCS_INPROGRESS));
+        if (status == UCS_OK) {
+            ++t.calls;
+        }
+        progress_until(c);
+        progress_until(t);
+        EXPECT_EQ(1u, c.calls);
+        EXPECT_EQ(1u, t.calls);
+        EXPECT_TRUE(std::equal(later.begin(), later.end(),
+                               remote.begin() + size - later.size()))
+                << "a deferred piece landed after a put issued behind the "
+                << (iface_wide ? "iface" : "ep") << " fence";
+        EXPECT_TRUE(std::equal(local.begin(), local.end() - later.size(),
+                               remote.begin()));
+        dereg(tmemh);
+        dereg(lmemh);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_deferred, ::testing::Values("cma+"));
+
+extern "C" ucs_status_t
+uct_iface_query_v2(uct_iface_h iface, void *iface_attr);
+extern "C" ucs_status_t
+uct_ep_put_sgl_zcopy(uct_ep_h ep, void *const *buffers, const size_t *lengths,
+                     uct_mem_h const *memhs, const uint64_t *remote_addrs,
+                     uct_rkey_t const *rkeys, const size_t *counts,
+                     const size_t *strides, size_t count,
+                     uct_completion_t *comp);
+
+/* The capability flags of uct_iface_attr_v2_t: in 1.22 the field-mask bit 1
+ * after one SGL count, in 1.23 bit 2 after two; SGL put is bit 0 of both */
+static void v2_cap_flags_query(uct_iface_h iface, uint64_t *flags_p)
+{
+    bool v1_23  = dlsym(RTLD_DEFAULT, "uct_md_mem_elem_release") != NULL;
+    uint64_t attr[16] = {};
+    attr[0]     = v1_23 ? UCS_BIT(2) : UCS_BIT(1);
+    ASSERT_EQ(UCS_OK, uct_iface_query_v2(iface, attr));
+    *flags_p = attr[v1_23 ? 3 : 2];
+}
+
+/* SGL zero-copy would hand span rkeys and memhs to the inner op: a twin
+ * neither advertises it nor lets a call through, and does not promise that
+ * an AM follows earlier puts (it may defer pieces of one) */
+TEST_P(span_uct, twin_offers_no_sgl_and_no_put_am_order)
+{
+    if (!twin) {
+        GTEST_SKIP() << "twins only";
+    }
+    uint64_t flags = ~0ull;
+    ASSERT_NO_FATAL_FAILURE(v2_cap_flags_query(iface, &flags));
+    EXPECT_EQ(0u, flags & 3u) << "SGL put/get advertised by " << GetParam();
+    EXPECT_FALSE(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_AM_ORDER);
+
+    uint8_t byte       = 0;
+    void *buffer       = &byte;
+    size_t length      = 1, count = 1, stride = 0;
+    uint64_t addr      = raddr(0);
+    uct_mem_h lmemh    = UCT_MEM_HANDLE_NULL;
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              uct_ep_put_sgl_zcopy(ep, &buffer, &length, &lmemh, &addr,
+                                   &rkey.rkey, &count, &stride, 1, NULL));
+    EXPECT_EQ(1u, logs.count("SGL zcopy is not offered"));
+}
+
+
 
 /* A region larger than a refusing NIC's limit: the native MD fails, the twin
  * registers it in chunks */

@@ -19,7 +19,8 @@ const char *span_gpu_kind_names[] = {
     [SPAN_GPU_MALLOC]   = "cudaMalloc",
     [SPAN_GPU_ASYNC]    = "cudaMallocAsync",
     [SPAN_GPU_VMM]      = "VMM",
-    [SPAN_GPU_EXTERNAL] = "external"
+    [SPAN_GPU_EXTERNAL] = "external",
+    [SPAN_GPU_MALLOC_PAIR] = "cudaMalloc pair"
 };
 
 static struct {
@@ -256,6 +257,51 @@ static ucs_status_t span_gpu_external_take(size_t length, void *at,
     return UCS_OK;
 }
 
+/* Blocks of length / 4 and the rest, until the driver places the second
+ * right after the first (asked for in either order); the misses are held
+ * meanwhile, so that each try gets other addresses */
+static ucs_status_t span_gpu_pair_alloc(size_t length, span_gpu_buf_t *buf)
+{
+    size_t small = length / 4, large = length - small;
+    CUdeviceptr misses[64], a = 0, b = 0;
+    ucs_status_t status = UCS_ERR_UNSUPPORTED;
+    unsigned i, count = 0;
+    int swap;
+
+    while (count + 2 <= sizeof(misses) / sizeof(misses[0])) {
+        swap = (count / 2) % 2;
+        if (span_gpu_fn.cuMemAlloc(swap ? &b : &a, swap ? large : small) !=
+            CUDA_SUCCESS) {
+            status = UCS_ERR_NO_MEMORY;
+            break;
+        }
+        if (span_gpu_fn.cuMemAlloc(swap ? &a : &b, swap ? small : large) !=
+            CUDA_SUCCESS) {
+            misses[count++] = swap ? b : a;
+            status          = UCS_ERR_NO_MEMORY;
+            break;
+        }
+        if (a + small == b) {
+            buf->ptr    = (void*)a;
+            buf->second = (void*)b;
+            status      = UCS_OK;
+            break;
+        }
+        misses[count++] = a;
+        misses[count++] = b;
+    }
+    if (status == UCS_ERR_UNSUPPORTED) {
+        fprintf(stderr, "span_gpu: %zu-byte blocks at 0x%llx, %zu-byte "
+                "blocks at 0x%llx (last of %u tries): never back to back\n",
+                small, (unsigned long long)a, large, (unsigned long long)b,
+                count / 2);
+    }
+    for (i = 0; i < count; ++i) {
+        span_gpu_fn.cuMemFree(misses[i]);
+    }
+    return status;
+}
+
 ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
                             unsigned handles, void *at, span_gpu_buf_t *buf)
 {
@@ -286,6 +332,9 @@ ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
         return span_gpu_vmm_alloc(length, handles, at, buf);
     case SPAN_GPU_EXTERNAL:
         return span_gpu_external_take(length, at, buf);
+    case SPAN_GPU_MALLOC_PAIR:
+        return (at == NULL) ? span_gpu_pair_alloc(length, buf) :
+                              UCS_ERR_NO_MEMORY;
     default:
         return UCS_ERR_INVALID_PARAM;
     }
@@ -314,6 +363,10 @@ void span_gpu_free(span_gpu_buf_t *buf)
         break;
     case SPAN_GPU_EXTERNAL:
         span_gpu_external.taken = 0;
+        break;
+    case SPAN_GPU_MALLOC_PAIR:
+        span_gpu_fn.cuMemFree((CUdeviceptr)buf->ptr);
+        span_gpu_fn.cuMemFree((CUdeviceptr)buf->second);
         break;
     default:
         break;

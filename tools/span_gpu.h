@@ -23,6 +23,9 @@ typedef enum {
                          back to back into one reserved range */
     SPAN_GPU_EXTERNAL, /* device memory of another allocator of this process
                           (a PyTorch tensor), see span_gpu_external_set */
+    SPAN_GPU_MALLOC_PAIR, /* two cuMemAlloc blocks back to back, of a quarter
+                             and three quarters of the length (UCP's
+                             memtype cache may merge them into one region) */
     SPAN_GPU_KIND_LAST
 } span_gpu_kind_t;
 
@@ -32,6 +35,8 @@ typedef struct {
     size_t          length;
     unsigned        handles;  /* SPAN_GPU_VMM */
     size_t          reserved; /* SPAN_GPU_VMM: bytes of the range */
+    void            *second;  /* SPAN_GPU_MALLOC_PAIR: the block at ptr's
+                                 end */
 } span_gpu_buf_t;
 
 extern const char *span_gpu_kind_names[];
@@ -49,7 +54,8 @@ size_t span_gpu_vmm_granularity(void);
 
 /* length bytes; for SPAN_GPU_VMM, handles handles of length / handles bytes
  * each (a multiple of the granularity). at: ask for this address (VMM), or
- * NULL. */
+ * NULL. SPAN_GPU_MALLOC_PAIR: UCS_ERR_UNSUPPORTED where the driver places
+ * the second block right after the first. */
 ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
                             unsigned handles, void *at, span_gpu_buf_t *buf);
 void span_gpu_free(span_gpu_buf_t *buf);

@@ -197,13 +197,6 @@ static ucs_status_t span_pair_ucp_init(const char *tls, uint64_t features,
         return status;
     }
     status = ucp_config_modify(config, "TLS", tls);
-    if ((status == UCS_OK) &&
-        (getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES") == NULL)) {
-        /* buffers registered as given, not cut to one VMM handle
-         * (span_md.c); span widens them to their units itself */
-        status = ucp_config_modify(config, "MEMTYPE_REG_WHOLE_ALLOC_TYPES",
-                                   "");
-    }
     if (status != UCS_OK) {
         goto out_release;
     }

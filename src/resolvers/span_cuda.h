@@ -17,6 +17,9 @@ typedef struct span_cuda_ops {
     ucs_status_t (*range)(uint64_t addr, uint64_t *base_p, uint64_t *size_p);
     /* Process-wide unique id of the allocation at addr (BUFFER_ID) */
     ucs_status_t (*buffer_id)(uint64_t addr, uint64_t *id_p);
+    /* The device of the allocation at addr where it is VMM memory that can
+     * be shared as a POSIX fd; UCS_ERR_UNSUPPORTED for any other memory */
+    ucs_status_t (*vmm_device)(uint64_t addr, int *device_p);
 } span_cuda_ops_t;
 
 /* Whole units covering a range. Units of one registration must be of one
@@ -49,5 +52,23 @@ const span_cuda_ops_t *span_cuda_driver(void);
  * addr resolves to the units up to the gap. */
 ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
                                uint64_t length, span_cuda_extent_t *extent);
+
+/* How far span_cuda_widen may go */
+typedef struct span_cuda_widen_limits {
+    uint64_t max_bytes; /* of the widened extent */
+    uint32_t max_units;
+} span_cuda_widen_limits_t;
+
+/*
+ * UCP registers device memory from the base of the physical allocation that
+ * holds the buffer's first byte to its end (UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES,
+ * "cuda" by default, from cuda_copy's cuMemGetAddressRange): a buffer over
+ * several VMM handles reaches span cut to its first handle. An extent of
+ * exactly one shareable VMM handle, followed by another of its size on the
+ * same device, is widened over the run of such handles mapped back to back,
+ * within the limits. Returns the number of units added (0: unchanged).
+ */
+uint32_t span_cuda_widen(const span_cuda_ops_t *ops, span_cuda_extent_t *extent,
+                         const span_cuda_widen_limits_t *limits);
 
 #endif

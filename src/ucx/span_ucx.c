@@ -240,13 +240,29 @@ int span_ucx_component_check(const uct_component_t *component)
            (component->tl_list.next->prev == &component->tl_list);
 }
 
+static int span_ucx_is_component(const uct_component_t *component)
+{
+    const uct_component_t *c;
+
+    ucs_list_for_each(c, &uct_components_list, list) {
+        if (c == component) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The md an iface records is the one it was opened on, or, for a transport
+ * that wraps another (the strict test transport), an MD of another
+ * registered component: either way an MD of a component UCX knows */
 int span_ucx_iface_check(uct_iface_h iface, uct_md_h md, uct_worker_h worker)
 {
     static int warned;
     const span_ucx_base_iface_t *base = (const span_ucx_base_iface_t*)iface;
     void *const *internal_ops         = base->internal_ops;
 
-    if ((base->md == md) && (base->worker == worker) &&
+    if ((base->worker == worker) && (base->md != NULL) &&
+        ((base->md == md) || span_ucx_is_component(base->md->component)) &&
         (internal_ops != NULL) &&
         span_ucx_is_code(internal_ops[SPAN_UCX_INTERNAL_IFACE_QUERY_V2])) {
         return 1;
@@ -254,7 +270,7 @@ int span_ucx_iface_check(uct_iface_h iface, uct_md_h md, uct_worker_h worker)
 
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
         ucs_warn("span: iface %p of UCX %u.%u is not laid out as span reads "
-                 "it (md %p, expected %p; worker %p, expected %p); twins of "
+                 "it (md %p, opened on %p; worker %p, expected %p); twins of "
                  "this transport are not offered", iface, span_ucx->major,
                  span_ucx->minor, base->md, md, base->worker, worker);
     }

@@ -91,3 +91,24 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
 fi
 echo "setup: NIXL's UCX in $nixl_prefix/lib"
+
+# The verbs VM (contrib/verbs_vm.sh): qemu and busybox from Debian, the
+# kernel package downloaded and unpacked into .deps/vm, never installed;
+# patchelf for the VM leg of make check (test/vm/run.sh).
+# SPAN_SETUP_VM=no leaves it out; make check then reports the VM leg skipped.
+if [ "${SPAN_SETUP_VM:-yes}" != no ]; then
+    vm_pkgs=(qemu-system-x86 busybox-static kmod cpio ibverbs-utils patchelf)
+    missing=()
+    for p in "${vm_pkgs[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "setup: installing Debian packages for the verbs VM: ${missing[*]}"
+        sudo_cmd=""
+        [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+        $sudo_cmd apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq \
+            --no-install-recommends "${missing[@]}"
+    fi
+    "$top/contrib/verbs_vm.sh" prepare
+fi

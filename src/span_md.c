@@ -4,6 +4,7 @@
 #include "span_md.h"
 #include "span_spill.h"
 #include "resolvers/span_cuda_vmm.h"
+#include "resolvers/span_verbs.h"
 #include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
@@ -956,6 +957,13 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
                  SPAN_RKEY_MAX_KEY, md_name);
         status = UCS_ERR_UNSUPPORTED;
         goto err_close;
+    }
+
+    /* UCX's ib MD reports no limit; its device has one */
+    if (!strcmp(smd->inner_component->name, "ib")) {
+        smd->inner_attr.max_reg = span_verbs_md_max_reg(span_verbs_library(),
+                                                        inner_name,
+                                                        smd->inner_attr.max_reg);
     }
 
     status = span_md_limits(smd, (const span_md_config_t*)config);

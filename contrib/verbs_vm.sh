@@ -96,7 +96,9 @@ file_static() {
 
 # The guest's /init (busybox sh). The kernel hands it vmrun=<dir>, the host
 # directory shared read-write (tag "run") that holds cmd.sh and gets one
-# status.N per command.
+# status.N per command, and vmtop=<dir>, the checkout, shared read-only
+# (tag "top") and mounted at its own path again: a checkout under /tmp or
+# /run would be hidden by the guest's tmpfs there (a CI clone in /tmp).
 guest_init() {
     cat <<'EOF'
 #!/bin/busybox sh
@@ -123,9 +125,11 @@ mount -t tmpfs run $h/run
 mkdir -p $h/dev/shm $h/dev/pts
 mount -t tmpfs shm $h/dev/shm
 mount -t devpts pts $h/dev/pts
-mkdir -p $h$vmrun 2>/dev/null
+mkdir -p $h$vmrun $h$vmtop 2>/dev/null
 mount -t 9p -o trans=virtio,version=9p2000.L run $h$vmrun ||
     { say "cannot mount the run directory $vmrun"; poweroff -f; }
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose top $h$vmtop ||
+    { say "cannot mount the checkout $vmtop"; poweroff -f; }
 # rdma is iproute2's, from the host
 chroot $h rdma link add rxe0 type rxe netdev eth0 ||
     { say "rdma link add failed"; ip link; dmesg | tail -n 20; }
@@ -188,10 +192,11 @@ run() {
         -smp 2 -m "${VERBS_VM_MEM:-2048}" -no-reboot -display none \
         -monitor none -serial stdio -pidfile "$run/qemu.pid" \
         -kernel "$kdir/vmlinuz" -initrd "$kdir/initrd.gz" \
-        -append "console=ttyS0 loglevel=3 panic=-1 vmrun=$run" \
+        -append "console=ttyS0 loglevel=3 panic=-1 vmrun=$run vmtop=$top" \
         -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
         -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
         -virtfs local,path="$run",mount_tag=run,security_model=none \
+        -virtfs local,path="$top",mount_tag=top,security_model=none,readonly=on,multidevs=remap \
         </dev/null > "$run/console" 2>&1 &
     qpid=$!
     tail -n +1 -f --pid=$qpid "$run/console" | tr -d '\r' &

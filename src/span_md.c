@@ -447,6 +447,26 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
     return UCS_OK;
 }
 
+/*
+ * What a registration made with these flags allows, as the registry
+ * compares them (a request is served by a registration that allows all it
+ * asks for): the access and pinning flags, and NONBLOCK inverted, because a
+ * registration whose pages are mapped only on access does not serve a
+ * request that wants them mapped now.
+ */
+#define SPAN_MD_CAP_FLAGS  (UCT_MD_MEM_ACCESS_ALL | UCT_MD_MEM_FLAG_LOCK | \
+                            UCT_MD_MEM_SYMMETRIC_RKEY | UCT_MD_MEM_GVA)
+#define SPAN_MD_CAP_MAPPED UCT_MD_MEM_FLAG_NONBLOCK /* a bit free in caps */
+
+static unsigned span_md_reg_caps(const uct_md_mem_reg_params_t *params)
+{
+    unsigned flags = (params->field_mask & UCT_MD_MEM_REG_FIELD_FLAGS) ?
+                     params->flags : 0;
+
+    return (flags & SPAN_MD_CAP_FLAGS) |
+           ((flags & UCT_MD_MEM_FLAG_NONBLOCK) ? 0 : SPAN_MD_CAP_MAPPED);
+}
+
 /* Memory known by identity is never matched after it was allocated again,
  * even where its free event was missed */
 static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
@@ -467,7 +487,7 @@ static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
  */
 static span_memh_t *span_md_shared(span_md_t *smd,
                                    const span_md_extent_t *ext,
-                                   ucs_memory_type_t mtype)
+                                   ucs_memory_type_t mtype, unsigned caps)
 {
     span_registry_entry_t *entry;
 
@@ -475,7 +495,7 @@ static span_memh_t *span_md_shared(span_md_t *smd,
         return NULL;
     }
     entry = span_registry_find(smd, ext->base, ext->length, mtype,
-                               ext->identity);
+                               ext->identity, caps);
     if (entry == NULL) {
         return NULL;
     }
@@ -489,7 +509,8 @@ static span_memh_t *span_md_shared(span_md_t *smd,
  * that was registered. */
 static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
                                               size_t length,
-                                              ucs_memory_type_t mtype)
+                                              ucs_memory_type_t mtype,
+                                              unsigned caps)
 {
     span_registry_entry_t *entry;
     uint64_t id;
@@ -500,7 +521,8 @@ static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
     }
     entry = span_registry_find_within(smd, (uintptr_t)address, length, mtype,
                                       span_cuda_identity_add(
-                                              SPAN_CUDA_IDENTITY_INIT, id));
+                                              SPAN_CUDA_IDENTITY_INIT, id),
+                                      caps);
     if (entry == NULL) {
         return NULL;
     }
@@ -509,7 +531,8 @@ static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
 }
 
 static void span_md_share(span_md_t *smd, span_memh_t *memh,
-                          const span_md_extent_t *ext, ucs_memory_type_t mtype)
+                          const span_md_extent_t *ext, ucs_memory_type_t mtype,
+                          unsigned caps)
 {
     __atomic_add_fetch(&smd->stats.registrations, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&smd->stats.chunks, memh->num_inner, __ATOMIC_RELAXED);
@@ -521,6 +544,7 @@ static void span_md_share(span_md_t *smd, span_memh_t *memh,
     memh->entry.start    = memh->geom.base;
     memh->entry.length   = memh->geom.length;
     memh->entry.mem_type = mtype;
+    memh->entry.caps     = caps;
     memh->entry.stats    = &smd->stats;
     span_registry_add(&memh->entry);
 }
@@ -531,6 +555,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
 {
     span_md_t *smd          = (span_md_t*)md;
     ucs_memory_type_t mtype = UCS_MEMORY_TYPE_HOST;
+    unsigned caps           = span_md_reg_caps(params);
     span_md_extent_t ext;
     span_chunk_geom_t geom;
     span_memh_t *memh;
@@ -547,7 +572,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh = span_md_shared_allocation(smd, address, length, mtype);
+    memh = span_md_shared_allocation(smd, address, length, mtype, caps);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
@@ -558,7 +583,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return status;
     }
 
-    memh = span_md_shared(smd, &ext, mtype);
+    memh = span_md_shared(smd, &ext, mtype, caps);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
@@ -592,7 +617,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         goto err_dereg;
     }
 
-    span_md_share(smd, memh, &ext, mtype);
+    span_md_share(smd, memh, &ext, mtype, caps);
     *memh_p = memh;
     return UCS_OK;
 

@@ -10,6 +10,7 @@
 #include "test_log.h"
 
 #include <gtest/gtest.h>
+#include <array>
 #include <atomic>
 #include <random>
 #include <set>
@@ -1276,3 +1277,67 @@ TEST_F(span_registry, counters_at_close)
     EXPECT_TRUE(found) << "no line with '" << expect << "' among "
                        << info_lines.size();
 }
+
+/*
+ * Access flags are part of what a shared registration is (issue 16, item
+ * 4). UCP registers a region again with wider flags when an op needs them;
+ * over strict+, whose rkeys carry the flags they were registered with and
+ * whose transport refuses an atomic on a region registered for RMA only
+ * (a NIC's remote access error), the wider request must get a registration
+ * that allows atomics.
+ */
+class span_uct_access : public span_uct {
+protected:
+    uct_mem_h reg_flags(unsigned flags)
+    {
+        uct_mem_h h = UCT_MEM_HANDLE_NULL;
+        EXPECT_EQ(UCS_OK, uct_md_mem_reg(md, area.data(), sizeof(area),
+                                         flags, &h));
+        return h;
+    }
+
+    ucs_status_t atomic_add(uct_mem_h h, uint64_t value)
+    {
+        std::vector<uint8_t> key(rkey_buf.size());
+        uct_rkey_bundle_t b;
+        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(md, h, key.data()));
+        EXPECT_EQ(UCS_OK, uct_rkey_unpack(component, key.data(), &b));
+        ucs_status_t status = uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD,
+                                                   value,
+                                                   (uintptr_t)&area[32],
+                                                   b.rkey);
+        EXPECT_EQ(UCS_OK, uct_rkey_release(component, &b));
+        return status;
+    }
+
+    /* apart from the fixture's registration, which allows everything */
+    std::array<uint64_t, 512> area = {};
+};
+
+TEST_P(span_uct_access, a_wider_request_gets_a_registration_that_allows_it)
+{
+    long made      = strict_counter("strict_md_registrations");
+    uct_mem_h rma  = reg_flags(UCT_MD_MEM_ACCESS_RMA);
+    {
+        /* the transport enforces the flags: RMA only refuses atomics */
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, atomic_add(rma, 1));
+        EXPECT_EQ(1u, logs.count("remote access error"));
+    }
+
+    uct_mem_h all = reg_flags(UCT_MD_MEM_ACCESS_ALL);
+    EXPECT_EQ(UCS_OK, atomic_add(all, 5)) << "served the RMA-only registration";
+    EXPECT_EQ(5u, area[32]);
+
+    /* narrower and equal requests share what allows them */
+    uct_mem_h rma2 = reg_flags(UCT_MD_MEM_ACCESS_RMA);
+    uct_mem_h all2 = reg_flags(UCT_MD_MEM_ACCESS_ALL);
+    EXPECT_EQ(all, all2);
+    EXPECT_TRUE((rma2 == rma) || (rma2 == all));
+    EXPECT_EQ(made + 2, strict_counter("strict_md_registrations"));
+    for (auto h : {rma, all, rma2, all2}) {
+        EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(twin, span_uct_access, ::testing::Values("strict+"));

@@ -294,8 +294,7 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
     ucs_status_t status;
     uint8_t *keys;
 
-    /* UCP does not pass the buffer's length; the format bounds it */
-    status = span_rkey_parse(buffer, SPAN_RKEY_MAX_SIZE, &desc);
+    status = span_rkey_parse_peer(buffer, &desc);
     if (status != UCS_OK) {
         return status;
     }

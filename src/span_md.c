@@ -111,18 +111,20 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     }
     attr->dmabuf_mem_types = 0;
     attr->exported_mkey_packed_size = 0;
-    /* fixed for the MD: one key where registrations are never cut */
-    attr->rkey_packed_size = ((smd->chunk_size == 0) &&
-                              (smd->unit_size == 0) &&
-                              !span_md_resolves(smd) &&
-                              (smd->spill != UCS_YES)) ?
-                             SPAN_RKEY_HDR_SIZE +
-                             smd->inner_attr.rkey_packed_size :
-                             SPAN_RKEY_MAX_SIZE;
+    attr->rkey_packed_size = smd->rkey_packed_size;
     attr->max_reg          = SIZE_MAX;
     ucs_strncpy_zero(attr->component_name, span_component.name,
                      sizeof(attr->component_name));
     return UCS_OK;
+}
+
+/* Fixed for the MD: one key where registrations are never cut */
+static size_t span_md_rkey_packed_size(const span_md_t *smd)
+{
+    return ((smd->chunk_size == 0) && (smd->unit_size == 0) &&
+            !span_md_resolves(smd) && (smd->spill != UCS_YES)) ?
+           SPAN_RKEY_HDR_SIZE + smd->inner_attr.rkey_packed_size :
+           SPAN_RKEY_MAX_SIZE;
 }
 
 static int span_md_inner_registers(const span_md_t *smd,
@@ -659,6 +661,7 @@ static ucs_status_t
 span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   const uct_md_mkey_pack_params_t *params, void *buffer)
 {
+    span_md_t *smd    = (span_md_t*)md;
     span_memh_t *smem = memh;
 
     if ((params->field_mask & UCT_MD_MKEY_PACK_FIELD_FLAGS) &&
@@ -676,7 +679,10 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   smem->geom.base, smem->geom.length);
         return UCS_ERR_INVALID_ADDR;
     }
+    /* UCP sends all of rkey_packed_size, from a buffer it does not clear */
     memcpy(buffer, smem->rkey, smem->rkey_size);
+    memset(UCS_PTR_BYTE_OFFSET(buffer, smem->rkey_size), 0,
+           smd->rkey_packed_size - smem->rkey_size);
     return UCS_OK;
 }
 
@@ -786,6 +792,7 @@ static void span_md_close(uct_md_h md)
     if (smd->share) {
         span_ucm_unsubscribe();
     }
+    span_rkey_size_remove(smd->inner_id, smd->rkey_packed_size);
     uct_md_close(smd->inner);
     free(smd);
 }
@@ -989,6 +996,14 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
             ucs_diag("span: md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
         }
+    }
+
+    smd->rkey_packed_size = span_md_rkey_packed_size(smd);
+    status = span_rkey_size_add(smd->inner_id,
+                                smd->inner_attr.rkey_packed_size,
+                                smd->rkey_packed_size);
+    if (status != UCS_OK) {
+        goto err_close;
     }
     smd->share = (span_ucm_subscribe() == UCS_OK);
 

@@ -30,6 +30,7 @@ typedef struct span_md {
     uct_component_t *inner_component;
     uint32_t         inner_id;         /* span_rkey_component_id() */
     uct_md_attr_v2_t inner_attr;
+    size_t           rkey_packed_size; /* fixed: what every key sends */
     uint64_t         chunk_size;       /* 0: registrations are not cut */
     uint64_t         overlap;          /* of neighbour chunks; the op cap */
     uint64_t         unit_size;        /* 0: no hard boundaries declared */

@@ -1,5 +1,6 @@
 /*
- * Span rkey, wire format version 2. All integers are little-endian.
+ * Span rkey, wire format version 3 (2 had no pid_ns in the spill body, and
+ * span's VMM unit keys were 24 bytes). All integers are little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
@@ -30,7 +31,7 @@
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
- *   46            spill body (SPILL set, same-node transports only), 36
+ *   46            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
  *                 +0  4  pid       exporting process
@@ -41,6 +42,9 @@
  *                 +24 8  seq       of the slot, changed when it is released:
  *                                  a key of a deregistered region is refused
  *                 +32 4  keys_sum  FNV-1a 32 of the n * K key bytes
+ *                 +36 8  pid_ns    the exporter's PID namespace (the inode
+ *                                  number of /proc/self/ns/pid): its pid
+ *                                  means nothing in another
  *   ...     ...   unused up to the twin MD's rkey_packed_size
  *
  * The geometry (chunk_pages, overlap_pages, unit_pages) is planned again by
@@ -75,7 +79,7 @@
 #define SPAN_RKEY_FNV_PRIME  16777619u
 #define SPAN_RKEY_HDR_SUM_OFFSET 38
 #define SPAN_RKEY_SUM_OFFSET     42
-#define SPAN_RKEY_SPILL_SIZE     36
+#define SPAN_RKEY_SPILL_SIZE     44
 /* Packed sizes of the open twin MDs: a few per inner component */
 #define SPAN_RKEY_SIZES          64
 
@@ -227,6 +231,7 @@ static void span_rkey_pack_spill(uint8_t *out, const span_rkey_spill_t *spill)
     span_rkey_put(out + 16, spill->offset, 8);
     span_rkey_put(out + 24, spill->seq, 8);
     span_rkey_put(out + 32, spill->keys_sum, 4);
+    span_rkey_put(out + 36, spill->pid_ns, 8);
 }
 
 /* The flags of a geometry; -1 where the format cannot carry it */
@@ -368,6 +373,7 @@ static void span_rkey_parse_spill(const uint8_t *in, span_rkey_spill_t *spill)
     spill->offset   = span_rkey_get(in + 16, 8);
     spill->seq      = span_rkey_get(in + 24, 8);
     spill->keys_sum = span_rkey_get(in + 32, 4);
+    spill->pid_ns   = span_rkey_get(in + 36, 8);
 }
 
 /* Version, flags and header checksum of a key of at least the header */

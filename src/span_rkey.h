@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPAN_RKEY_VERSION     2
+#define SPAN_RKEY_VERSION     3
 #define SPAN_RKEY_HDR_SIZE    46
 /* UCP stores each MD's packed rkey size in one byte */
 #define SPAN_RKEY_MAX_SIZE    255
@@ -29,6 +29,7 @@ typedef struct span_rkey_spill {
     uint64_t offset;   /* of the slot in the arena */
     uint64_t seq;      /* of the slot; a released slot has another */
     uint32_t keys_sum; /* FNV-1a 32 of the n * K key bytes */
+    uint64_t pid_ns;   /* the PID namespace pid belongs to */
 } span_rkey_spill_t;
 
 typedef struct span_rkey_desc {

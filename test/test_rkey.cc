@@ -327,14 +327,14 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
     desc.key_size      = 192;
     desc.spilled       = 1;
     desc.spill         = {4242, 17, 0x0123456789abcdefull, 4096, 77,
-                          0xdeadbeef};
+                          0xdeadbeef, 4026531836ull};
     ASSERT_EQ(UCS_OK, span_chunk_plan_from(&desc.geom, 0x7e0000000000ull,
                                            21 * (20 << 20), 0x7e0000000000ull,
                                            20 << 20, 0, 0));
     std::vector<uint8_t> buf(SPAN_RKEY_MAX_SIZE);
     size_t size;
     ASSERT_EQ(UCS_OK, span_rkey_pack(buf.data(), &desc, nullptr, &size));
-    EXPECT_EQ(size_t(SPAN_RKEY_HDR_SIZE + 36), size);
+    EXPECT_EQ(size_t(SPAN_RKEY_HDR_SIZE + 44), size);
     ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), size, &out));
     EXPECT_TRUE(out.spilled);
     EXPECT_EQ(21u, out.geom.num_chunks);
@@ -344,6 +344,7 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
     EXPECT_EQ(4096u, out.spill.offset);
     EXPECT_EQ(77u, out.spill.seq);
     EXPECT_EQ(0xdeadbeefu, out.spill.keys_sum);
+    EXPECT_EQ(4026531836ull, out.spill.pid_ns);
     EXPECT_EQ(nullptr, out.key0);
 
     log_counter logs;

@@ -1,5 +1,6 @@
 /* Unit tests of the span rkey wire format */
 extern "C" {
+#include "span_md.h"
 #include "span_rkey.h"
 }
 #include "test_log.h"
@@ -454,4 +455,47 @@ TEST(span_rkey_peer, inner_keys_of_another_size_are_refused)
     exact_buffer bad(one, SPAN_RKEY_MAX_SIZE);
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(bad.p, &desc));
     EXPECT_EQ(1u, logs.count("packs 8-byte keys"));
+}
+
+/*
+ * The inner handle of a local buffer (issue 16, item 7a): a buffer outside
+ * a handle of several chunks (a caller's wrong memh) has none, and no byte
+ * of it is held; the lookup never indexes past the handle's chunks.
+ */
+TEST(span_memh, a_buffer_outside_a_chunked_handle_has_no_inner_handle)
+{
+    const uint64_t page = 4096, base = 0x7f0000010000ull;
+    for (uint64_t unit : {uint64_t(0), 16 * page}) {
+        span_chunk_geom_t geom;
+        ASSERT_EQ(UCS_OK, span_chunk_plan(&geom, base, 40 * page, unit,
+                                          8 * page, 2 * page));
+        ASSERT_GT(geom.num_chunks, 2u);
+        std::vector<uint8_t> mem(sizeof(span_memh_t) +
+                                 geom.num_chunks * sizeof(uct_mem_h));
+        span_memh_t *memh = (span_memh_t*)mem.data();
+        memh->geom        = geom;
+        memh->num_inner   = geom.num_chunks;
+        for (uint32_t i = 0; i < geom.num_chunks; ++i) {
+            memh->inner[i] = (uct_mem_h)(uintptr_t)(0x1000 + i);
+        }
+
+        uint64_t avail;
+        for (uint64_t addr : {base, base + 20 * page, base + 40 * page - 1}) {
+            uct_mem_h inner = span_memh_inner(memh, (void*)addr, &avail);
+            uintptr_t index = (uintptr_t)inner - 0x1000;
+            ASSERT_LT(index, geom.num_chunks) << addr - base;
+            uint64_t start, length;
+            span_chunk_range(&geom, index, &start, &length);
+            EXPECT_EQ(start + length - addr, avail) << addr - base;
+        }
+        for (uint64_t addr : {base - 1, base - 4 * page, base - (page << 18),
+                              base + 40 * page, base + 41 * page,
+                              base + (page << 28), uint64_t(0)}) {
+            avail = 1;
+            EXPECT_EQ(UCT_MEM_HANDLE_NULL,
+                      span_memh_inner(memh, (void*)addr, &avail))
+                    << "unit " << unit << ", offset " << int64_t(addr - base);
+            EXPECT_EQ(0u, avail);
+        }
+    }
 }

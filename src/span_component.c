@@ -414,6 +414,13 @@ static ucs_status_t span_rkey_compare(uct_component_t *component,
     if (*result == 0) {
         *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);
     }
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->vmm_mapped, b->vmm_mapped);
+    }
+    if ((*result == 0) && a->vmm_mapped) {
+        /* no inner rkeys: the exporter and its units tell the memory */
+        *result = span_cuda_vmm_compare(&a->vmm, &b->vmm);
+    }
     for (i = 0; (*result == 0) && a->inner_unpacked && (i < a->num_inner);
          ++i) {
         status = a->inner_component->rkey_compare(a->inner_component,

@@ -7,6 +7,9 @@
 #include <ucs/config/global_opts.h>
 #include <ucs/async/async_fwd.h>
 
+extern "C" {
+#include "span_component.h"
+}
 #include "test_log.h"
 
 #include <gtest/gtest.h>
@@ -1454,4 +1457,64 @@ TEST_F(span_rkey_buffer, pack_writes_every_byte_it_sends)
     close(fd);
     free(fresh);
     EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+}
+
+/*
+ * rkey_compare of span rkeys whose units are mapped here (span's own VMM
+ * export, issue 16 item 7b): two exporters' keys of the same address and
+ * length name different memory, and must not compare equal. Such rkeys
+ * need a GPU to unpack; their compare needs only what unpack records, so
+ * they are built here as unpack builds them.
+ */
+TEST(span_rkey_compare, vmm_keys_of_different_exporters_differ)
+{
+    uct_component_h span = find_component("span");
+    ASSERT_NE(nullptr, span);
+    std::vector<uint8_t> mem_a(sizeof(span_rkey_t) + 2 * sizeof(void*[2]));
+    std::vector<uint8_t> mem_b(mem_a.size());
+    span_rkey_t *a = (span_rkey_t*)mem_a.data();
+    span_rkey_t *b = (span_rkey_t*)mem_b.data();
+    a->geom.base       = 0x7f2000000000ull; /* two units of 4 MiB */
+    a->geom.length     = 4ull << 21;
+    a->geom.unit_size  = 2ull << 21;
+    a->geom.num_chunks = 2;
+    a->inner_component = (uct_component_t*)find_component("cma");
+    a->num_inner       = a->geom.num_chunks;
+    a->vmm_mapped      = 1;
+    a->vmm.length      = a->geom.length;
+    a->vmm.pid_ns      = 4026531836ull;
+    a->vmm.base        = 0x7f3000000000ull;
+    a->vmm.pid         = 1000;
+    mem_b              = mem_a;
+    b->vmm.base        = 0x7f4000000000ull;
+    b->vmm.pid         = 2000;
+
+    /* what uct_rkey_compare (uct_v2.h, not installed) calls */
+    uct_component_t *component = (uct_component_t*)span;
+    auto compare = [&](int *result) {
+        uct_rkey_compare_params_t params = {};
+        return component->rkey_compare(component, (uintptr_t)a, (uintptr_t)b,
+                                       &params, result);
+    };
+    int result = 0, reverse = 0;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_NE(0, result) << "two exporters' memory compared equal";
+    std::swap(a, b);
+    ASSERT_EQ(UCS_OK, compare(&reverse));
+    std::swap(a, b);
+    EXPECT_EQ(-result, reverse);
+
+    /* the same exporter's units, mapped twice here, are the same memory */
+    b->vmm.pid = 1000;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_EQ(0, result);
+    /* ... unless other units were exported since at the same address */
+    b->vmm.keys_sum = 1;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_NE(0, result);
+    /* a mapped key and an inner one differ */
+    mem_b          = mem_a;
+    b->vmm_mapped  = 0;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_NE(0, result);
 }

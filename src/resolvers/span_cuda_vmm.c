@@ -14,6 +14,25 @@
 
 #define SPAN_CUDA_VMM_MAGIC 0x4d565053u /* "SPVM" */
 
+static int span_cuda_vmm_cmp(uint64_t a, uint64_t b)
+{
+    return (a > b) - (a < b);
+}
+
+int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
+                          const span_cuda_vmm_map_t *b)
+{
+    int result = span_cuda_vmm_cmp(a->pid_ns, b->pid_ns);
+
+    if (result == 0) {
+        result = span_cuda_vmm_cmp(a->pid, b->pid);
+    }
+    if (result == 0) {
+        result = span_cuda_vmm_cmp(a->keys_sum, b->keys_sum);
+    }
+    return result;
+}
+
 #if HAVE_CUDA
 #include <cuda.h>
 #include <dlfcn.h>
@@ -303,8 +322,12 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
         }
     }
     span_cuda_vmm_ctx_leave(map->device, pushed);
-    map->base   = va;
-    map->length = geom->length;
+    map->base     = va;
+    map->length   = geom->length;
+    map->keys_sum = span_rkey_hash(keys, (size_t)geom->num_chunks * K);
+    memcpy(&map->pid, keys + sizeof(uint32_t), sizeof(map->pid));
+    memcpy(&map->pid_ns, keys + (4 * sizeof(uint32_t)) + sizeof(uint64_t),
+           sizeof(map->pid_ns));
     return status;
 }
 

@@ -43,9 +43,12 @@ void span_cuda_vmm_unexport(int fd);
 
 /* The exporter's units mapped into this process */
 typedef struct span_cuda_vmm_map {
-    uint64_t base;    /* local address of the extent's first byte */
+    uint64_t base;     /* local address of the extent's first byte */
     uint64_t length;
-    int      device;  /* the device given access, whose context copies */
+    int      device;   /* the device given access, whose context copies */
+    uint32_t pid;      /* the exporter, */
+    uint64_t pid_ns;
+    uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
 } span_cuda_vmm_map_t;
 
 /* Maps the geometry's units from keys of K bytes each, contiguous */
@@ -53,6 +56,11 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
                                   const span_chunk_geom_t *geom,
                                   span_cuda_vmm_map_t *map);
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);
+
+/* Orders mappings by the exporter's units they map (not by where they are
+ * mapped here): 0 where both map the same units */
+int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
+                          const span_cuda_vmm_map_t *b);
 
 /* Synchronous copy between a local buffer and the mapping */
 ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,

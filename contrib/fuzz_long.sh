@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The long fuzzing run of the span rkey parser: ./contrib/fuzz_long.sh [SECONDS]
-# (default 600), corpus kept in .deps/fuzz-corpus between runs.
+# The long fuzzing run of the span rkey parser, under ASan and UBSan:
+#   ./contrib/fuzz_long.sh [RUNS [SECONDS]]
+# 10^8 executions by default, no time limit unless SECONDS is given; the
+# executions reached are the stat::number_of_executed_units line. The corpus
+# is kept between runs in SPAN_FUZZ_CORPUS (default: under TMPDIR, outside
+# the source tree and the shared UCX prefix .deps).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$top/.deps/fuzz-corpus"
-exec "$top/test/fuzz/run.sh" "${1:-600}" "$top/.deps/fuzz-corpus"
+corpus=${SPAN_FUZZ_CORPUS:-${TMPDIR:-/tmp}/span-fuzz-rkey-long-corpus}
+mkdir -p "$corpus"
+exec "$top/test/fuzz/run.sh" "${2:-0}" "$corpus" "${1:-100000000}"

@@ -285,8 +285,7 @@ static ucs_status_t span_rkey_unpack(uct_component_t *component,
     ucs_status_t status;
     uint8_t *keys;
 
-    /* UCP does not pass the buffer's length; the format bounds it */
-    status = span_rkey_parse(buffer, SPAN_RKEY_MAX_SIZE, &desc);
+    status = span_rkey_parse_peer(buffer, &desc);
     if (status != UCS_OK) {
         return status;
     }
@@ -405,6 +404,13 @@ static ucs_status_t span_rkey_compare(uct_component_t *component,
     }
     if (*result == 0) {
         *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);
+    }
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->vmm_mapped, b->vmm_mapped);
+    }
+    if ((*result == 0) && a->vmm_mapped) {
+        /* no inner rkeys: the exporter and its units tell the memory */
+        *result = span_cuda_vmm_compare(&a->vmm, &b->vmm);
     }
     for (i = 0; (*result == 0) && a->inner_unpacked && (i < a->num_inner);
          ++i) {

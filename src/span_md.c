@@ -126,18 +126,20 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     }
     attr->dmabuf_mem_types = 0;
     attr->exported_mkey_packed_size = 0;
-    /* fixed for the MD: one key where registrations are never cut */
-    attr->rkey_packed_size = ((smd->chunk_size == 0) &&
-                              (smd->unit_size == 0) &&
-                              !span_md_resolves(smd) &&
-                              (smd->spill != UCS_YES)) ?
-                             SPAN_RKEY_HDR_SIZE +
-                             smd->inner_attr.rkey_packed_size :
-                             SPAN_RKEY_MAX_SIZE;
+    attr->rkey_packed_size = smd->rkey_packed_size;
     attr->max_reg          = SIZE_MAX;
     ucs_strncpy_zero(attr->component_name, span_component.name,
                      sizeof(attr->component_name));
     return UCS_OK;
+}
+
+/* Fixed for the MD: one key where registrations are never cut */
+static size_t span_md_rkey_packed_size(const span_md_t *smd)
+{
+    return ((smd->chunk_size == 0) && (smd->unit_size == 0) &&
+            !span_md_resolves(smd) && (smd->spill != UCS_YES)) ?
+           SPAN_RKEY_HDR_SIZE + smd->inner_attr.rkey_packed_size :
+           SPAN_RKEY_MAX_SIZE;
 }
 
 static int span_md_inner_registers(const span_md_t *smd,
@@ -435,6 +437,26 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
     return UCS_OK;
 }
 
+/*
+ * What a registration made with these flags allows, as the registry
+ * compares them (a request is served by a registration that allows all it
+ * asks for): the access and pinning flags, and NONBLOCK inverted, because a
+ * registration whose pages are mapped only on access does not serve a
+ * request that wants them mapped now.
+ */
+#define SPAN_MD_CAP_FLAGS  (UCT_MD_MEM_ACCESS_ALL | UCT_MD_MEM_FLAG_LOCK | \
+                            UCT_MD_MEM_SYMMETRIC_RKEY | UCT_MD_MEM_GVA)
+#define SPAN_MD_CAP_MAPPED UCT_MD_MEM_FLAG_NONBLOCK /* a bit free in caps */
+
+static unsigned span_md_reg_caps(const uct_md_mem_reg_params_t *params)
+{
+    unsigned flags = (params->field_mask & UCT_MD_MEM_REG_FIELD_FLAGS) ?
+                     params->flags : 0;
+
+    return (flags & SPAN_MD_CAP_FLAGS) |
+           ((flags & UCT_MD_MEM_FLAG_NONBLOCK) ? 0 : SPAN_MD_CAP_MAPPED);
+}
+
 /* Memory known by identity is never matched after it was allocated again,
  * even where its free event was missed */
 static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
@@ -455,7 +477,7 @@ static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
  */
 static span_memh_t *span_md_shared(span_md_t *smd,
                                    const span_md_extent_t *ext,
-                                   ucs_memory_type_t mtype)
+                                   ucs_memory_type_t mtype, unsigned caps)
 {
     span_registry_entry_t *entry;
 
@@ -463,7 +485,7 @@ static span_memh_t *span_md_shared(span_md_t *smd,
         return NULL;
     }
     entry = span_registry_find(smd, ext->base, ext->length, mtype,
-                               ext->identity);
+                               ext->identity, caps);
     if (entry == NULL) {
         return NULL;
     }
@@ -477,7 +499,8 @@ static span_memh_t *span_md_shared(span_md_t *smd,
  * that was registered. */
 static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
                                               size_t length,
-                                              ucs_memory_type_t mtype)
+                                              ucs_memory_type_t mtype,
+                                              unsigned caps)
 {
     span_registry_entry_t *entry;
     uint64_t id;
@@ -488,7 +511,8 @@ static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
     }
     entry = span_registry_find_within(smd, (uintptr_t)address, length, mtype,
                                       span_cuda_identity_add(
-                                              SPAN_CUDA_IDENTITY_INIT, id));
+                                              SPAN_CUDA_IDENTITY_INIT, id),
+                                      caps);
     if (entry == NULL) {
         return NULL;
     }
@@ -497,7 +521,8 @@ static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
 }
 
 static void span_md_share(span_md_t *smd, span_memh_t *memh,
-                          const span_md_extent_t *ext, ucs_memory_type_t mtype)
+                          const span_md_extent_t *ext, ucs_memory_type_t mtype,
+                          unsigned caps)
 {
     __atomic_add_fetch(&smd->stats.registrations, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&smd->stats.chunks, memh->num_inner, __ATOMIC_RELAXED);
@@ -509,6 +534,7 @@ static void span_md_share(span_md_t *smd, span_memh_t *memh,
     memh->entry.start    = memh->geom.base;
     memh->entry.length   = memh->geom.length;
     memh->entry.mem_type = mtype;
+    memh->entry.caps     = caps;
     memh->entry.stats    = &smd->stats;
     span_registry_add(&memh->entry);
 }
@@ -519,6 +545,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
 {
     span_md_t *smd          = (span_md_t*)md;
     ucs_memory_type_t mtype = UCS_MEMORY_TYPE_HOST;
+    unsigned caps           = span_md_reg_caps(params);
     span_md_extent_t ext;
     span_chunk_geom_t geom;
     span_memh_t *memh;
@@ -535,7 +562,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh = span_md_shared_allocation(smd, address, length, mtype);
+    memh = span_md_shared_allocation(smd, address, length, mtype, caps);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
@@ -546,7 +573,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return status;
     }
 
-    memh = span_md_shared(smd, &ext, mtype);
+    memh = span_md_shared(smd, &ext, mtype, caps);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
@@ -580,7 +607,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         goto err_dereg;
     }
 
-    span_md_share(smd, memh, &ext, mtype);
+    span_md_share(smd, memh, &ext, mtype, caps);
     *memh_p = memh;
     return UCS_OK;
 
@@ -622,6 +649,7 @@ static ucs_status_t
 span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   const uct_md_mkey_pack_params_t *params, void *buffer)
 {
+    span_md_t *smd    = (span_md_t*)md;
     span_memh_t *smem = memh;
 
     if ((params->field_mask & UCT_MD_MKEY_PACK_FIELD_FLAGS) &&
@@ -639,7 +667,10 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   smem->geom.base, smem->geom.length);
         return UCS_ERR_INVALID_ADDR;
     }
+    /* UCP sends all of rkey_packed_size, from a buffer it does not clear */
     memcpy(buffer, smem->rkey, smem->rkey_size);
+    memset(UCS_PTR_BYTE_OFFSET(buffer, smem->rkey_size), 0,
+           smd->rkey_packed_size - smem->rkey_size);
     return UCS_OK;
 }
 
@@ -752,6 +783,7 @@ static void span_md_close(uct_md_h md)
     if (smd->share) {
         span_ucm_unsubscribe();
     }
+    span_rkey_size_remove(smd->inner_id, smd->rkey_packed_size);
     uct_md_close(smd->inner);
     free(smd);
 }
@@ -978,6 +1010,14 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
             ucs_diag("span: md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
         }
+    }
+
+    smd->rkey_packed_size = span_md_rkey_packed_size(smd);
+    status = span_rkey_size_add(smd->inner_id,
+                                smd->inner_attr.rkey_packed_size,
+                                smd->rkey_packed_size);
+    if (status != UCS_OK) {
+        goto err_close;
     }
     smd->share = (span_ucm_subscribe() == UCS_OK);
 

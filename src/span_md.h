@@ -31,6 +31,7 @@ typedef struct span_md {
     uct_component_t *inner_component;
     uint32_t         inner_id;         /* span_rkey_component_id() */
     uct_md_attr_v2_t inner_attr;
+    size_t           rkey_packed_size; /* fixed: what every key sends */
     uint64_t         chunk_size;       /* 0: registrations are not cut */
     uint64_t         overlap;          /* of neighbour chunks; the op cap */
     uint64_t         unit_size;        /* 0: no hard boundaries declared */
@@ -65,11 +66,12 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
 /* The inner memory handle that holds buffer, and in *avail_p how many bytes
  * from buffer on it holds (UINT64_MAX where one handle holds everything).
- * NULL stays NULL. */
+ * NULL stays NULL; a buffer outside a handle of several chunks (the caller
+ * passed another buffer's memh) gets NULL and 0 bytes. */
 static UCS_F_ALWAYS_INLINE uct_mem_h
 span_memh_inner(uct_mem_h memh, const void *buffer, uint64_t *avail_p)
 {
-    const span_memh_t *smem = memh;
+    const span_memh_t *smem = (const span_memh_t*)memh;
 
     *avail_p = UINT64_MAX;
     if ((memh == UCT_MEM_HANDLE_NULL) || (smem->num_inner == 0)) {
@@ -77,6 +79,13 @@ span_memh_inner(uct_mem_h memh, const void *buffer, uint64_t *avail_p)
     }
     if (ucs_likely(smem->num_inner == 1)) {
         return smem->inner[0];
+    }
+    /* the chunk index of an address outside the extent is past the array;
+     * one below the base wraps to a large offset */
+    if (ucs_unlikely((uintptr_t)buffer - smem->geom.base >=
+                     smem->geom.length)) {
+        *avail_p = 0;
+        return UCT_MEM_HANDLE_NULL;
     }
     return smem->inner[span_chunk_find(&smem->geom, (uintptr_t)buffer,
                                        avail_p)];

@@ -73,10 +73,19 @@ static ucs_hlist_head_t *span_registry_region(uint64_t start, uint64_t length)
     return &span_registry_huge;
 }
 
+/* A weaker registration of the range does not serve a request: UCP widens
+ * the flags of a region it registers again, and a NIC refuses an access the
+ * registration does not allow */
+static int span_registry_allows(const span_registry_entry_t *entry,
+                                unsigned caps)
+{
+    return (entry->caps & caps) == caps;
+}
+
 span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           uint64_t length,
                                           ucs_memory_type_t mem_type,
-                                          uint64_t identity)
+                                          uint64_t identity, unsigned caps)
 {
     span_registry_entry_t *entry, *found = NULL;
 
@@ -94,6 +103,9 @@ span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                 "holds other memory now");
             continue;
         }
+        if (!span_registry_allows(entry, caps)) {
+            continue;
+        }
         ++entry->refcount;
         found = entry;
         break;
@@ -106,7 +118,8 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
                                                  uint64_t start,
                                                  uint64_t length,
                                                  ucs_memory_type_t mem_type,
-                                                 uint64_t identity)
+                                                 uint64_t identity,
+                                                 unsigned caps)
 {
     span_registry_entry_t *entry, *found = NULL;
 
@@ -120,6 +133,7 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
                        by_identity) {
         if (entry->valid && (entry->owner == owner) &&
             (entry->mem_type == mem_type) && (entry->identity == identity) &&
+            span_registry_allows(entry, caps) &&
             (start >= entry->start) &&
             (start - entry->start <= entry->length) &&
             (length <= entry->length - (start - entry->start))) {

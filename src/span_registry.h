@@ -1,7 +1,8 @@
 /*
  * Registry of the registrations of every twin MD: a request for a range
- * that a live registration covers exactly is served by it (refcounted), and
- * a registration whose memory was freed is never served again.
+ * that a live registration covers exactly, and whose capabilities (access
+ * flags) it has all, is served by it (refcounted), and a registration whose
+ * memory was freed is never served again.
  *
  * Invalidation only marks: the owners of a registration that went stale
  * keep their handle until they deregister it (their later use of it is
@@ -35,26 +36,30 @@ typedef struct span_registry_entry {
     uint64_t              length;
     ucs_memory_type_t     mem_type;
     uint64_t              identity; /* of the memory (CUDA buffer ids), 0 */
+    unsigned              caps;     /* what the registration allows: it
+                                       serves requests for a subset */
     unsigned              refcount;
     int                   valid;
     span_registry_stats_t *stats;
 } span_registry_entry_t;
 
-/* A valid entry of owner for exactly this range and memory, with one more
- * reference, or NULL. An entry of the range whose memory has another
- * identity missed its free event: it is made stale. */
+/* A valid entry of owner for exactly this range and memory that has every
+ * one of caps, with one more reference, or NULL. An entry of the range whose
+ * memory has another identity missed its free event: it is made stale. */
 span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           uint64_t length,
                                           ucs_memory_type_t mem_type,
-                                          uint64_t identity);
+                                          uint64_t identity, unsigned caps);
 
 /* A valid entry of owner that holds [start, start + length) whole, of this
- * identity (not 0), with one more reference, or NULL */
+ * identity (not 0), that has every one of caps, with one more reference, or
+ * NULL */
 span_registry_entry_t *span_registry_find_within(const void *owner,
                                                  uint64_t start,
                                                  uint64_t length,
                                                  ucs_memory_type_t mem_type,
-                                                 uint64_t identity);
+                                                 uint64_t identity,
+                                                 unsigned caps);
 
 /* Lists an entry with one reference */
 void span_registry_add(span_registry_entry_t *entry);

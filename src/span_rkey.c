@@ -1,5 +1,6 @@
 /*
- * Span rkey, wire format version 2. All integers are little-endian.
+ * Span rkey, wire format version 3 (2 had no pid_ns in the spill body, and
+ * span's VMM unit keys were 24 bytes). All integers are little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
@@ -30,7 +31,7 @@
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
- *   46            spill body (SPILL set, same-node transports only), 36
+ *   46            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
  *                 +0  4  pid       exporting process
@@ -41,6 +42,9 @@
  *                 +24 8  seq       of the slot, changed when it is released:
  *                                  a key of a deregistered region is refused
  *                 +32 4  keys_sum  FNV-1a 32 of the n * K key bytes
+ *                 +36 8  pid_ns    the exporter's PID namespace (the inode
+ *                                  number of /proc/self/ns/pid): its pid
+ *                                  means nothing in another
  *   ...     ...   unused up to the twin MD's rkey_packed_size
  *
  * The geometry (chunk_pages, overlap_pages, unit_pages) is planned again by
@@ -52,27 +56,47 @@
  * spill on transports that only reach their own node.
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
- * key instead of an access to the wrong bytes. UCP does not pass the key's
- * length to rkey_unpack, so the body's size is trusted only once
- * hdr_checksum matched: a corrupted size is never used to read past the
- * real key. A parser never reads past buffer_size, nor past
- * SPAN_RKEY_MAX_SIZE.
+ * key instead of an access to the wrong bytes; they do not stop a peer that
+ * forges one. UCP does not pass the key's length to rkey_unpack: it hands
+ * over the rkey_packed_size bytes the exporter's twin MD reported, fixed
+ * for that MD (the header alone, 46 bytes, when it never cuts or spills;
+ * otherwise SPAN_RKEY_MAX_SIZE). An importer reads a peer's key only up to
+ * the size a twin MD of its inner component reports here, and refuses
+ * inner keys of another size than that component's: a header that claims
+ * a longer body than its exporter can have packed is refused before any
+ * byte past it is read. A parser never reads past buffer_size, nor past
+ * SPAN_RKEY_MAX_SIZE. Pack zeroes the bytes of rkey_packed_size it does not
+ * use.
  */
 #include "span_rkey.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <string.h>
 
 #define SPAN_RKEY_FNV_OFFSET 2166136261u
 #define SPAN_RKEY_FNV_PRIME  16777619u
 #define SPAN_RKEY_HDR_SUM_OFFSET 38
 #define SPAN_RKEY_SUM_OFFSET     42
-#define SPAN_RKEY_SPILL_SIZE     36
+#define SPAN_RKEY_SPILL_SIZE     44
+/* Packed sizes of the open twin MDs: a few per inner component */
+#define SPAN_RKEY_SIZES          64
 
 #define SPAN_RKEY_FLAG_UNITS_FROM_BASE UCS_BIT(0)
 #define SPAN_RKEY_FLAG_SPILL           UCS_BIT(1)
 #define SPAN_RKEY_FLAG_SPAN_VMM        UCS_BIT(2)
+
+/* Key sizes of the twin MDs open in this process, per inner component */
+typedef struct span_rkey_size {
+    uint32_t component_id;
+    size_t   key_size;
+    size_t   packed_size;
+    unsigned count;       /* twin MDs open with these sizes; 0: free */
+} span_rkey_size_t;
+
+static span_rkey_size_t span_rkey_sizes[SPAN_RKEY_SIZES];
+static pthread_mutex_t  span_rkey_sizes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint32_t span_rkey_fnv(uint32_t hash, const void *data, size_t size)
 {
@@ -207,6 +231,7 @@ static void span_rkey_pack_spill(uint8_t *out, const span_rkey_spill_t *spill)
     span_rkey_put(out + 16, spill->offset, 8);
     span_rkey_put(out + 24, spill->seq, 8);
     span_rkey_put(out + 32, spill->keys_sum, 4);
+    span_rkey_put(out + 36, spill->pid_ns, 8);
 }
 
 /* The flags of a geometry; -1 where the format cannot carry it */
@@ -348,16 +373,48 @@ static void span_rkey_parse_spill(const uint8_t *in, span_rkey_spill_t *spill)
     spill->offset   = span_rkey_get(in + 16, 8);
     spill->seq      = span_rkey_get(in + 24, 8);
     spill->keys_sum = span_rkey_get(in + 32, 4);
+    spill->pid_ns   = span_rkey_get(in + 36, 8);
+}
+
+/* Version, flags and header checksum of a key of at least the header */
+static ucs_status_t span_rkey_parse_header(const uint8_t *p)
+{
+    unsigned version, flags;
+    uint32_t checksum;
+
+    version = p[0];
+    flags   = p[1];
+    if (version != SPAN_RKEY_VERSION) {
+        ucs_error("span rkey %p: format version %u, this build reads %d "
+                  "(are both peers running the same ucx-span?)", p,
+                  version, SPAN_RKEY_VERSION);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if (flags & ~(SPAN_RKEY_FLAG_UNITS_FROM_BASE | SPAN_RKEY_FLAG_SPILL |
+                  SPAN_RKEY_FLAG_SPAN_VMM)) {
+        ucs_error("span rkey %p: unknown flags 0x%x", p, flags);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    checksum = span_rkey_get(p + SPAN_RKEY_HDR_SUM_OFFSET, 4);
+    if (checksum != span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
+                                  SPAN_RKEY_HDR_SUM_OFFSET)) {
+        ucs_error("span rkey %p: header checksum 0x%x does not match: the "
+                  "key is corrupted", p, checksum);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
 }
 
 ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc)
 {
     const uint8_t *p = buffer;
-    unsigned version, flags;
     size_t body_size;
     uint32_t checksum;
     ucs_status_t status;
+    unsigned flags;
 
     if (buffer_size > SPAN_RKEY_MAX_SIZE) {
         buffer_size = SPAN_RKEY_MAX_SIZE;
@@ -369,29 +426,12 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    version = p[0];
-    flags   = p[1];
-    if (version != SPAN_RKEY_VERSION) {
-        ucs_error("span rkey %p: format version %u, this build reads %d "
-                  "(are both peers running the same ucx-span?)", buffer,
-                  version, SPAN_RKEY_VERSION);
-        return UCS_ERR_UNSUPPORTED;
+    status = span_rkey_parse_header(p);
+    if (status != UCS_OK) {
+        return status;
     }
 
-    if (flags & ~(SPAN_RKEY_FLAG_UNITS_FROM_BASE | SPAN_RKEY_FLAG_SPILL |
-                  SPAN_RKEY_FLAG_SPAN_VMM)) {
-        ucs_error("span rkey %p: unknown flags 0x%x", buffer, flags);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
-    checksum = span_rkey_get(p + SPAN_RKEY_HDR_SUM_OFFSET, 4);
-    if (checksum != span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
-                                  SPAN_RKEY_HDR_SUM_OFFSET)) {
-        ucs_error("span rkey %p: header checksum 0x%x does not match: the "
-                  "key is corrupted", buffer, checksum);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
+    flags  = p[1];
     status = span_rkey_parse_geom(p, desc);
     if (status != UCS_OK) {
         return status;
@@ -433,6 +473,114 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return span_rkey_parse_mask(p, desc);
     }
     return UCS_OK;
+}
+
+static span_rkey_size_t *span_rkey_size_find(uint32_t component_id,
+                                             size_t packed_size)
+{
+    unsigned i;
+
+    for (i = 0; i < SPAN_RKEY_SIZES; ++i) {
+        if ((span_rkey_sizes[i].count > 0) &&
+            (span_rkey_sizes[i].component_id == component_id) &&
+            (span_rkey_sizes[i].packed_size == packed_size)) {
+            return &span_rkey_sizes[i];
+        }
+    }
+    return NULL;
+}
+
+ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size,
+                                size_t packed_size)
+{
+    ucs_status_t status = UCS_OK;
+    span_rkey_size_t *size;
+
+    pthread_mutex_lock(&span_rkey_sizes_lock);
+    size = span_rkey_size_find(component_id, packed_size);
+    if (size == NULL) {
+        for (size = span_rkey_sizes;
+             (size < span_rkey_sizes + SPAN_RKEY_SIZES) && (size->count > 0);
+             ++size) {
+        }
+        if (size == span_rkey_sizes + SPAN_RKEY_SIZES) {
+            ucs_error("span: more than %d kinds of twin MD are open at once",
+                      SPAN_RKEY_SIZES);
+            status = UCS_ERR_EXCEEDS_LIMIT;
+            goto out;
+        }
+        size->component_id = component_id;
+        size->key_size     = key_size;
+        size->packed_size  = packed_size;
+    }
+    ++size->count;
+out:
+    pthread_mutex_unlock(&span_rkey_sizes_lock);
+    return status;
+}
+
+void span_rkey_size_remove(uint32_t component_id, size_t packed_size)
+{
+    span_rkey_size_t *size;
+
+    pthread_mutex_lock(&span_rkey_sizes_lock);
+    size = span_rkey_size_find(component_id, packed_size);
+    if (size != NULL) {
+        --size->count;
+    }
+    pthread_mutex_unlock(&span_rkey_sizes_lock);
+}
+
+/* The largest packed size of the open twin MDs of the component, 0 where
+ * none is open, and the size of its inner keys */
+static size_t span_rkey_size_bound(uint32_t component_id, size_t *key_size_p)
+{
+    size_t bound = 0;
+    unsigned i;
+
+    pthread_mutex_lock(&span_rkey_sizes_lock);
+    for (i = 0; i < SPAN_RKEY_SIZES; ++i) {
+        if ((span_rkey_sizes[i].count > 0) &&
+            (span_rkey_sizes[i].component_id == component_id) &&
+            (span_rkey_sizes[i].packed_size > bound)) {
+            bound       = span_rkey_sizes[i].packed_size;
+            *key_size_p = span_rkey_sizes[i].key_size;
+        }
+    }
+    pthread_mutex_unlock(&span_rkey_sizes_lock);
+    return bound;
+}
+
+ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc)
+{
+    const uint8_t *p = buffer;
+    size_t bound, key_size;
+    uint32_t component_id;
+    ucs_status_t status;
+
+    /* every twin MD packs at least the header */
+    status = span_rkey_parse_header(p);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    component_id = span_rkey_get(p + 4, 4);
+    bound        = span_rkey_size_bound(component_id, &key_size);
+    if (bound == 0) {
+        ucs_debug("span rkey %p: no twin MD of inner component 0x%x is open "
+                  "here, so the size the peer packed is unknown", buffer,
+                  component_id);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    status = span_rkey_parse(buffer, bound, desc);
+    if ((status == UCS_OK) && (desc->key_size != key_size)) {
+        ucs_error("span rkey %p: carries %zu-byte inner keys, component 0x%x "
+                  "packs %zu-byte keys", buffer, desc->key_size, component_id,
+                  key_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return status;
 }
 
 void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)

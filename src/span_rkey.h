@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPAN_RKEY_VERSION     2
+#define SPAN_RKEY_VERSION     3
 #define SPAN_RKEY_HDR_SIZE    46
 /* UCP stores each MD's packed rkey size in one byte */
 #define SPAN_RKEY_MAX_SIZE    255
@@ -29,6 +29,7 @@ typedef struct span_rkey_spill {
     uint64_t offset;   /* of the slot in the arena */
     uint64_t seq;      /* of the slot; a released slot has another */
     uint32_t keys_sum; /* FNV-1a 32 of the n * K key bytes */
+    uint64_t pid_ns;   /* the PID namespace pid belongs to */
 } span_rkey_spill_t;
 
 typedef struct span_rkey_desc {
@@ -59,6 +60,21 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
 
 ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc);
+
+/* A twin MD of the inner component component_id, whose keys are key_size
+ * bytes, packs rkeys of packed_size bytes (its fixed rkey_packed_size):
+ * while it is open, keys of that component from peers are read up to the
+ * largest such size. UCS_ERR_EXCEEDS_LIMIT when too many sizes are noted. */
+ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size,
+                                size_t packed_size);
+
+void span_rkey_size_remove(uint32_t component_id, size_t packed_size);
+
+/* Parses a key from a peer, whose length UCT does not pass: it is bounded
+ * by what a twin MD of its inner component packs (span_rkey_size_add), and
+ * its inner keys must be of that component's size. UCS_ERR_UNREACHABLE
+ * where no twin MD of the component is open. */
+ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc);
 
 /* FNV-1a 32 of size bytes, as the format uses it */
 uint32_t span_rkey_hash(const void *data, size_t size);

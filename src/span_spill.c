@@ -8,6 +8,12 @@
  * cuda_ipc itself can work. The memfd dies with its process, so nothing
  * outlives a crash; a slot is released on deregistration.
  *
+ * The pid and fd come from a peer: they may name any file of any process
+ * the importer can read. The open neither waits (a FIFO without a writer)
+ * nor takes a terminal as the controlling one, and what it opened is read
+ * only if it is a spill arena's memfd; a pid of another PID namespace is
+ * not looked up at all.
+ *
  * Layout: offset 0 holds SPAN_SPILL_MAGIC and the arena id (random, so a
  * recycled pid or descriptor is refused); slots follow, each a header
  * {seq, n, K} and n * K key bytes. A slot's seq is written after its keys
@@ -24,9 +30,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +42,9 @@
 #define SPAN_SPILL_ALIGN     64
 #define SPAN_SPILL_FIRST     64                    /* after the header */
 #define SPAN_SPILL_MAX_SIZE  (1ul << 30)
+#define SPAN_SPILL_NAME      "ucx-span-spill"
+/* what /proc/<pid>/fd/<fd> of the arena reads */
+#define SPAN_SPILL_LINK      "/memfd:" SPAN_SPILL_NAME " "
 
 typedef struct {
     uint64_t seq; /* 0: released */
@@ -86,7 +97,7 @@ static ucs_status_t span_spill_arena(void)
     free(span_spill.free);
     span_spill.free     = NULL;
     span_spill.num_free = 0;
-    span_spill.fd       = memfd_create("ucx-span-spill", MFD_CLOEXEC);
+    span_spill.fd       = memfd_create(SPAN_SPILL_NAME, MFD_CLOEXEC);
     if (span_spill.fd < 0) {
         ucs_error("span spill: memfd_create failed: %m");
         return UCS_ERR_IO_ERROR;
@@ -205,6 +216,7 @@ ucs_status_t span_spill_put(const void *keys, uint32_t n, size_t K,
     }
 
     spill->pid      = span_spill.pid;
+    spill->pid_ns   = span_spill_pid_ns();
     spill->fd       = span_spill.fd;
     spill->arena_id = span_spill.id;
     spill->offset   = offset;
@@ -257,6 +269,62 @@ static ucs_status_t span_spill_read_slot(int fd, const span_rkey_spill_t *spill,
     return UCS_OK;
 }
 
+/* The inode number in the link "pid:[4026531836]"; 0 where unreadable.
+ * Read each time: a child forked after its parent's unshare(CLONE_NEWPID)
+ * inherits the parent's memory but lives in the new namespace. */
+uint64_t span_spill_pid_ns(void)
+{
+    char link[64], *p;
+    ssize_t len;
+
+    len = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+    link[(len < 0) ? 0 : len] = '\0';
+    p = strchr(link, '[');
+    if (p == NULL) {
+        ucs_debug("span spill: cannot read /proc/self/ns/pid ('%s')", link);
+        return 0;
+    }
+    return strtoull(p + 1, NULL, 10);
+}
+
+ucs_status_t span_spill_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
+                                   const char *what)
+{
+    uint64_t own_ns = span_spill_pid_ns();
+
+    if (pid_ns != own_ns) {
+        ucs_error("span: %s of process %u is in PID namespace %" PRIu64
+                  ", this process in %" PRIu64 ": it cannot be reached from "
+                  "here", what, pid, pid_ns, own_ns);
+        return UCS_ERR_UNREACHABLE;
+    }
+    if ((pid == 0) || (pid > INT_MAX) || (fd > INT_MAX)) {
+        ucs_error("span: %s names descriptor %u of process %u, which no "
+                  "process has", what, fd, pid);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+/* Whether what fd (opened from path) is is the memfd of a spill arena */
+static ucs_status_t span_spill_check_arena(int fd, const char *path)
+{
+    char self[64], link[PATH_MAX];
+    struct stat st;
+    ssize_t len;
+
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+    len = readlink(self, link, sizeof(link) - 1);
+    link[(len < 0) ? 0 : len] = '\0';
+    if ((fstat(fd, &st) != 0) || !S_ISREG(st.st_mode) ||
+        strncmp(link, SPAN_SPILL_LINK, strlen(SPAN_SPILL_LINK))) {
+        ucs_error("span spill: %s is not a spill arena: it is '%s', of mode "
+                  "0%o", path, link, (unsigned)st.st_mode);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
 ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
                               size_t K, void *keys)
 {
@@ -265,13 +333,23 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
     ucs_status_t status;
     int fd;
 
+    status = span_spill_peer_check(spill->pid, spill->pid_ns, spill->fd,
+                                   "the spill arena");
+    if (status != UCS_OK) {
+        return status;
+    }
+
     snprintf(path, sizeof(path), "/proc/%u/fd/%u", spill->pid, spill->fd);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         ucs_error("span spill: cannot open %s to read %u keys: %m (is the "
-                  "peer on another node, in another pid namespace, or not "
-                  "dumpable?)", path, n);
+                  "peer on another node, or not dumpable?)", path, n);
         return UCS_ERR_UNREACHABLE;
+    }
+
+    status = span_spill_check_arena(fd, path);
+    if (status != UCS_OK) {
+        goto out;
     }
 
     status = UCS_ERR_INVALID_PARAM;

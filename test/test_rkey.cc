@@ -1,10 +1,13 @@
 /* Unit tests of the span rkey wire format */
 extern "C" {
+#include "span_md.h"
 #include "span_rkey.h"
 }
 #include "test_log.h"
 
 #include <gtest/gtest.h>
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -325,14 +328,14 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
     desc.key_size      = 192;
     desc.spilled       = 1;
     desc.spill         = {4242, 17, 0x0123456789abcdefull, 4096, 77,
-                          0xdeadbeef};
+                          0xdeadbeef, 4026531836ull};
     ASSERT_EQ(UCS_OK, span_chunk_plan_from(&desc.geom, 0x7e0000000000ull,
                                            21 * (20 << 20), 0x7e0000000000ull,
                                            20 << 20, 0, 0));
     std::vector<uint8_t> buf(SPAN_RKEY_MAX_SIZE);
     size_t size;
     ASSERT_EQ(UCS_OK, span_rkey_pack(buf.data(), &desc, nullptr, &size));
-    EXPECT_EQ(size_t(SPAN_RKEY_HDR_SIZE + 36), size);
+    EXPECT_EQ(size_t(SPAN_RKEY_HDR_SIZE + 44), size);
     ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), size, &out));
     EXPECT_TRUE(out.spilled);
     EXPECT_EQ(21u, out.geom.num_chunks);
@@ -342,6 +345,7 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
     EXPECT_EQ(4096u, out.spill.offset);
     EXPECT_EQ(77u, out.spill.seq);
     EXPECT_EQ(0xdeadbeefu, out.spill.keys_sum);
+    EXPECT_EQ(4026531836ull, out.spill.pid_ns);
     EXPECT_EQ(nullptr, out.key0);
 
     log_counter logs;
@@ -352,5 +356,146 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
     }
     for (size_t cut = 0; cut < size; ++cut) {
         EXPECT_NE(UCS_OK, span_rkey_parse(buf.data(), cut, &out)) << cut;
+    }
+}
+
+/*
+ * Keys from a peer (issue 16, item 5): UCT passes no length, so a key is
+ * read only up to the rkey_packed_size a twin MD of its inner component
+ * reports. Every buffer here is malloc'ed to exactly that size, so that
+ * ASan (contrib/sanitize.sh address) catches a read past it.
+ */
+namespace {
+
+struct exact_buffer {
+    explicit exact_buffer(const std::vector<uint8_t> &bytes, size_t size) :
+        p(static_cast<uint8_t*>(malloc(size)))
+    {
+        memcpy(p, bytes.data(), std::min(size, bytes.size()));
+    }
+    ~exact_buffer() { free(p); }
+    uint8_t *p;
+};
+
+/* A twin MD noted for the test's lifetime */
+struct noted_twin {
+    noted_twin(const char *component, size_t key_size, size_t packed_size) :
+        id(span_rkey_component_id(component)), packed(packed_size)
+    {
+        EXPECT_EQ(UCS_OK, span_rkey_size_add(id, key_size, packed_size));
+    }
+    ~noted_twin() { span_rkey_size_remove(id, packed); }
+    uint32_t id;
+    size_t   packed;
+};
+
+} // namespace
+
+TEST(span_rkey_peer, keys_of_the_exact_packed_size_parse)
+{
+    /* one_key: 40-byte inner keys, a twin that never cuts them */
+    noted_twin twin("cma", 40, SPAN_RKEY_HDR_SIZE + 40);
+    auto key = make_key(one_key);
+    ASSERT_EQ(SPAN_RKEY_HDR_SIZE + 40u, key.size());
+    exact_buffer buf(key, key.size());
+    span_rkey_desc_t desc;
+    ASSERT_EQ(UCS_OK, span_rkey_parse_peer(buf.p, &desc));
+    EXPECT_EQ(one_key.length, desc.geom.length);
+}
+
+TEST(span_rkey_peer, a_header_claiming_more_than_was_packed_is_refused)
+{
+    noted_twin twin("cma", 40, SPAN_RKEY_HDR_SIZE + 40);
+    auto key = make_key(one_key);
+    log_counter logs;
+    /* larger keys, or several of them, with valid header checksums: the
+     * body checksum cannot be checked without reading past the buffer */
+    for (auto field : {std::make_pair(36, 41), std::make_pair(36, 209),
+                       std::make_pair(2, 3)}) {
+        auto bad          = key;
+        bad[field.first] = uint8_t(field.second);
+        if (field.first == 2) { /* 3 chunks: a geometry that makes 3 */
+            bad[16] = 0; bad[17] = 0; bad[18] = 0x30;  /* 3 MiB */
+            bad[24] = 0; bad[25] = 1;                  /* 1 MiB chunks */
+            bad[37] = 40;
+        }
+        uint32_t h = fnv(2166136261u, bad.data(), 38);
+        memcpy(&bad[38], &h, 4);
+        exact_buffer buf(bad, key.size());
+        span_rkey_desc_t desc;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(buf.p, &desc))
+                << "byte " << field.first << " = " << field.second;
+    }
+    EXPECT_EQ(3u, logs.count("overrun")) << "refused for another reason";
+}
+
+TEST(span_rkey_peer, a_key_of_a_component_without_a_twin_is_unreachable)
+{
+    auto key = make_key(one_key);
+    exact_buffer buf(key, key.size());
+    span_rkey_desc_t desc;
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, span_rkey_parse_peer(buf.p, &desc));
+    {
+        noted_twin twin("cma", 40, SPAN_RKEY_HDR_SIZE + 40);
+        EXPECT_EQ(UCS_OK, span_rkey_parse_peer(buf.p, &desc));
+    }
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, span_rkey_parse_peer(buf.p, &desc));
+}
+
+TEST(span_rkey_peer, inner_keys_of_another_size_are_refused)
+{
+    /* a twin that chunks: 255-byte keys, 8-byte inner keys */
+    noted_twin twin("cma", 8, SPAN_RKEY_MAX_SIZE);
+    auto key = make_key(many_keys);
+    exact_buffer good(key, SPAN_RKEY_MAX_SIZE);
+    span_rkey_desc_t desc;
+    ASSERT_EQ(UCS_OK, span_rkey_parse_peer(good.p, &desc));
+    log_counter logs;
+    auto one = make_key(one_key); /* 40-byte inner keys */
+    exact_buffer bad(one, SPAN_RKEY_MAX_SIZE);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(bad.p, &desc));
+    EXPECT_EQ(1u, logs.count("packs 8-byte keys"));
+}
+
+/*
+ * The inner handle of a local buffer (issue 16, item 7a): a buffer outside
+ * a handle of several chunks (a caller's wrong memh) has none, and no byte
+ * of it is held; the lookup never indexes past the handle's chunks.
+ */
+TEST(span_memh, a_buffer_outside_a_chunked_handle_has_no_inner_handle)
+{
+    const uint64_t page = 4096, base = 0x7f0000010000ull;
+    for (uint64_t unit : {uint64_t(0), 16 * page}) {
+        span_chunk_geom_t geom;
+        ASSERT_EQ(UCS_OK, span_chunk_plan(&geom, base, 40 * page, unit,
+                                          8 * page, 2 * page));
+        ASSERT_GT(geom.num_chunks, 2u);
+        std::vector<uint8_t> mem(sizeof(span_memh_t) +
+                                 geom.num_chunks * sizeof(uct_mem_h));
+        span_memh_t *memh = (span_memh_t*)mem.data();
+        memh->geom        = geom;
+        memh->num_inner   = geom.num_chunks;
+        for (uint32_t i = 0; i < geom.num_chunks; ++i) {
+            memh->inner[i] = (uct_mem_h)(uintptr_t)(0x1000 + i);
+        }
+
+        uint64_t avail;
+        for (uint64_t addr : {base, base + 20 * page, base + 40 * page - 1}) {
+            uct_mem_h inner = span_memh_inner(memh, (void*)addr, &avail);
+            uintptr_t index = (uintptr_t)inner - 0x1000;
+            ASSERT_LT(index, geom.num_chunks) << addr - base;
+            uint64_t start, length;
+            span_chunk_range(&geom, index, &start, &length);
+            EXPECT_EQ(start + length - addr, avail) << addr - base;
+        }
+        for (uint64_t addr : {base - 1, base - 4 * page, base - (page << 18),
+                              base + 40 * page, base + 41 * page,
+                              base + (page << 28), uint64_t(0)}) {
+            avail = 1;
+            EXPECT_EQ(UCT_MEM_HANDLE_NULL,
+                      span_memh_inner(memh, (void*)addr, &avail))
+                    << "unit " << unit << ", offset " << int64_t(addr - base);
+            EXPECT_EQ(0u, avail);
+        }
     }
 }

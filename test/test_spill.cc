@@ -8,6 +8,13 @@ extern "C" {
 #include "test_log.h"
 
 #include <gtest/gtest.h>
+#include <chrono>
+#include <fcntl.h>
+#include <future>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -103,4 +110,170 @@ TEST(span_spill, removing_twice_is_refused_with_a_log_line)
     log_counter logs;
     span_spill_remove(&ref);
     EXPECT_EQ(1u, logs.count("is not this process's to release"));
+}
+
+/*
+ * What a peer's reference names is untrusted (issue 16, item 6): the pid
+ * and fd may name anything this process can open through /proc.
+ */
+class span_spill_peer : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        ASSERT_NE(nullptr, mkdtemp(dir));
+        ASSERT_EQ(UCS_OK, span_spill_put(keys.data(), 2, 64, &ref));
+    }
+
+    void TearDown() override
+    {
+        span_spill_remove(&ref);
+        if (fd >= 0) {
+            close(fd);
+        }
+        unlink(path().c_str());
+        rmdir(dir);
+    }
+
+    std::string path() const { return std::string(dir) + "/f"; }
+
+    ucs_status_t fetch(const span_rkey_spill_t &r)
+    {
+        std::vector<uint8_t> back(keys.size());
+        return span_spill_fetch(&r, 2, 64, back.data());
+    }
+
+    char                 dir[32] = "/tmp/span-spill-peer-XXXXXX";
+    std::vector<uint8_t> keys    = keys_of(2, 64, 5);
+    span_rkey_spill_t    ref;
+    int                  fd      = -1;
+};
+
+/* A FIFO without a writer: an open that waits for one would hang the
+ * importer; it must be refused at once */
+TEST_F(span_spill_peer, a_fifo_without_writer_fails_fast)
+{
+    ASSERT_EQ(0, mkfifo(path().c_str(), 0600));
+    fd = open(path().c_str(), O_RDONLY | O_NONBLOCK);
+    ASSERT_GE(fd, 0);
+    span_rkey_spill_t bad = ref;
+    bad.fd                = fd;
+
+    log_counter logs;
+    auto result = std::async(std::launch::async, [&]() { return fetch(bad); });
+    if (result.wait_for(std::chrono::seconds(5)) ==
+        std::future_status::timeout) {
+        ADD_FAILURE() << "the fetch blocked on the FIFO";
+        int w = open(path().c_str(), O_WRONLY | O_NONBLOCK); /* releases it */
+        result.wait();
+        close(w);
+    }
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, result.get());
+    EXPECT_EQ(1u, logs.count("is not a spill arena"));
+}
+
+/* A regular file that holds a copy of the arena, header and keys: only the
+ * exporter's memfd is an arena */
+TEST_F(span_spill_peer, a_file_other_than_a_memfd_is_refused)
+{
+    std::string arena = "/proc/self/fd/" + std::to_string(ref.fd);
+    int src = open(arena.c_str(), O_RDONLY);
+    ASSERT_GE(src, 0);
+    fd = open(path().c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    std::vector<char> bytes(1 << 20);
+    ssize_t n = pread(src, bytes.data(), bytes.size(), 0);
+    close(src);
+    ASSERT_GT(n, 0);
+    ASSERT_EQ(n, pwrite(fd, bytes.data(), n, 0));
+
+    ASSERT_EQ(UCS_OK, fetch(ref));
+    span_rkey_spill_t bad = ref;
+    bad.fd                = fd;
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, fetch(bad));
+    EXPECT_EQ(1u, logs.count("is not a spill arena"));
+}
+
+/* A reference from another PID namespace: its pid would name another
+ * process here, so it is not looked up (faked namespace id) */
+TEST_F(span_spill_peer, a_reference_of_another_pid_namespace_is_unreachable)
+{
+    EXPECT_NE(0u, ref.pid_ns) << "this process's PID namespace is unknown";
+    ASSERT_EQ(UCS_OK, fetch(ref));
+    span_rkey_spill_t bad = ref;
+    bad.pid_ns           ^= 1;
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, fetch(bad));
+    EXPECT_EQ(1u, logs.count("is in PID namespace"));
+}
+
+/* ... and from a real one (unshare -p), where this user may create it */
+TEST_F(span_spill_peer, a_peer_in_a_new_pid_namespace_is_unreachable)
+{
+    int refs[2], hold[2];
+    ASSERT_EQ(0, pipe(refs));
+    ASSERT_EQ(0, pipe(hold));
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(refs[0]);
+        close(hold[1]);
+        if (unshare(CLONE_NEWPID) != 0) {
+            _exit(77);
+        }
+        pid_t inner = fork(); /* pid 1 of the new namespace */
+        if (inner == 0) {
+            span_rkey_spill_t r;
+            char c;
+            if ((span_spill_put(keys.data(), 2, 64, &r) != UCS_OK) ||
+                (write(refs[1], &r, sizeof(r)) != sizeof(r))) {
+                _exit(1);
+            }
+            while (read(hold[0], &c, 1) > 0) {
+            }
+            _exit(0); /* the arena lives until the test has fetched */
+        }
+        int st = 1;
+        waitpid(inner, &st, 0);
+        _exit((inner > 0) && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+    }
+    close(refs[1]);
+    close(hold[0]);
+    span_rkey_spill_t peer;
+    ssize_t n = read(refs[0], &peer, sizeof(peer));
+    close(refs[0]);
+    if (n == sizeof(peer)) {
+        EXPECT_EQ(1u, peer.pid);
+        EXPECT_NE(ref.pid_ns, peer.pid_ns);
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_UNREACHABLE, fetch(peer));
+        EXPECT_EQ(1u, logs.count("is in PID namespace"));
+    }
+    close(hold[1]);
+    int st = 0;
+    ASSERT_EQ(child, waitpid(child, &st, 0));
+    ASSERT_TRUE(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77) {
+        GTEST_SKIP() << "unshare(CLONE_NEWPID) is not permitted here: the "
+                        "faked namespace id above covers the check";
+    }
+    EXPECT_EQ(0, WEXITSTATUS(st));
+    EXPECT_EQ(ssize_t(sizeof(peer)), n);
+}
+
+/* The check every import of a peer's descriptor makes first (spill arenas
+ * and span's VMM units, span_cuda_vmm.c): values no process can have */
+TEST(span_spill_peer_check, values_no_process_has_are_refused)
+{
+    uint64_t ns = span_spill_pid_ns();
+    EXPECT_EQ(UCS_OK, span_spill_peer_check(getpid(), ns, 3, "a unit"));
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_spill_peer_check(0, ns, 3, "a unit"));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              span_spill_peer_check(0x80000000u, ns, 3, "a unit"));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              span_spill_peer_check(getpid(), ns, 0x80000000u, "a unit"));
+    EXPECT_EQ(UCS_ERR_UNREACHABLE,
+              span_spill_peer_check(getpid(), ns + 1, 3, "a unit"));
+    EXPECT_EQ(4u, logs.count("a unit"));
 }

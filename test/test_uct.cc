@@ -8,15 +8,21 @@
 #include <ucs/async/async_fwd.h>
 
 #include "test_deadline.h"
+extern "C" {
+#include "span_component.h"
+}
 #include "test_log.h"
 
 #include <gtest/gtest.h>
+#include <array>
 #include <atomic>
 #include <random>
 #include <set>
 #include <thread>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <algorithm>
 #include <cstring>
@@ -1624,4 +1630,240 @@ TEST_F(span_registry, counters_at_close)
     }
     EXPECT_TRUE(found) << "no line with '" << expect << "' among "
                        << info_lines.size();
+}
+
+/*
+ * Access flags are part of what a shared registration is (issue 16, item
+ * 4). UCP registers a region again with wider flags when an op needs them;
+ * over strict+, whose rkeys carry the flags they were registered with and
+ * whose transport refuses an atomic on a region registered for RMA only
+ * (a NIC's remote access error), the wider request must get a registration
+ * that allows atomics.
+ */
+class span_uct_access : public span_uct {
+protected:
+    uct_mem_h reg_flags(unsigned flags)
+    {
+        uct_mem_h h = UCT_MEM_HANDLE_NULL;
+        EXPECT_EQ(UCS_OK, uct_md_mem_reg(md, area.data(), sizeof(area),
+                                         flags, &h));
+        return h;
+    }
+
+    ucs_status_t atomic_add(uct_mem_h h, uint64_t value)
+    {
+        std::vector<uint8_t> key(rkey_buf.size());
+        uct_rkey_bundle_t b;
+        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(md, h, key.data()));
+        EXPECT_EQ(UCS_OK, uct_rkey_unpack(component, key.data(), &b));
+        ucs_status_t status = uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD,
+                                                   value,
+                                                   (uintptr_t)&area[32],
+                                                   b.rkey);
+        EXPECT_EQ(UCS_OK, uct_rkey_release(component, &b));
+        return status;
+    }
+
+    /* apart from the fixture's registration, which allows everything */
+    std::array<uint64_t, 512> area = {};
+};
+
+TEST_P(span_uct_access, a_wider_request_gets_a_registration_that_allows_it)
+{
+    long made      = strict_counter("strict_md_registrations");
+    uct_mem_h rma  = reg_flags(UCT_MD_MEM_ACCESS_RMA);
+    {
+        /* the transport enforces the flags: RMA only refuses atomics */
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, atomic_add(rma, 1));
+        EXPECT_EQ(1u, logs.count("remote access error"));
+    }
+
+    uct_mem_h all = reg_flags(UCT_MD_MEM_ACCESS_ALL);
+    EXPECT_EQ(UCS_OK, atomic_add(all, 5)) << "served the RMA-only registration";
+    EXPECT_EQ(5u, area[32]);
+
+    /* narrower and equal requests share what allows them */
+    uct_mem_h rma2 = reg_flags(UCT_MD_MEM_ACCESS_RMA);
+    uct_mem_h all2 = reg_flags(UCT_MD_MEM_ACCESS_ALL);
+    EXPECT_EQ(all, all2);
+    EXPECT_TRUE((rma2 == rma) || (rma2 == all));
+    EXPECT_EQ(made + 2, strict_counter("strict_md_registrations"));
+    for (auto h : {rma, all, rma2, all2}) {
+        EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(twin, span_uct_access, ::testing::Values("strict+"));
+
+/*
+ * rkey buffers, both directions (issue 16, item 5). UCP hands rkey_unpack
+ * exactly the rkey_packed_size bytes the exporter's MD reported; a header
+ * that claims a larger body must be refused without a read past them. The
+ * key lies at the end of a page followed by an inaccessible one, so that
+ * an over-read crashes without a sanitizer too.
+ */
+class span_rkey_buffer : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        component = find_component("span");
+        ASSERT_NE(nullptr, component);
+        md = open_md(component, "cma+");
+        ASSERT_NE(nullptr, md);
+        uct_md_attr_t attr;
+        ASSERT_EQ(UCS_OK, uct_md_query(md, &attr));
+        packed_size = attr.rkey_packed_size;
+        area = (uint8_t*)mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_NE(MAP_FAILED, (void*)area);
+        ASSERT_EQ(0, mprotect(area + page, page, PROT_NONE));
+    }
+
+    void TearDown() override
+    {
+        if (area != MAP_FAILED) {
+            munmap(area, 2 * page);
+        }
+        if (md != NULL) {
+            uct_md_close(md);
+        }
+    }
+
+    /* A packed key of a registration, just before the guard page */
+    uint8_t *packed(uct_mem_h h)
+    {
+        uint8_t *key = area + page - packed_size;
+        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(md, h, key));
+        return key;
+    }
+
+    static uint32_t fnv(uint32_t h, const uint8_t *p, size_t n)
+    {
+        while (n-- > 0) {
+            h = (h ^ *(p++)) * 16777619u;
+        }
+        return h;
+    }
+
+    static constexpr size_t page = 4096;
+    uct_component_h component  = NULL;
+    uct_md_h        md         = NULL;
+    size_t          packed_size = 0;
+    uint8_t        *area       = (uint8_t*)MAP_FAILED;
+};
+
+TEST_F(span_rkey_buffer, a_header_claiming_more_than_was_packed_is_refused)
+{
+    std::vector<uint8_t> buf(page);
+    uct_mem_h h;
+    ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, buf.data(), buf.size(),
+                                     UCT_MD_MEM_ACCESS_ALL, &h));
+    uint8_t *key = packed(h);
+    uct_rkey_bundle_t b;
+    ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, key, &b));
+    EXPECT_EQ(UCS_OK, uct_rkey_release(component, &b));
+
+    /* keys of up to 200 bytes, with a valid header checksum: the checksum
+     * of the body, which would be read past the buffer, decides nothing */
+    for (unsigned K : {1u, 16u, 100u, 200u}) {
+        key[36] = uint8_t(K);
+        uint32_t sum = fnv(2166136261u, key, 38);
+        memcpy(key + 38, &sum, sizeof(sum));
+        log_counter logs;
+        EXPECT_NE(UCS_OK, uct_rkey_unpack(component, key, &b)) << K;
+    }
+    EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+}
+
+/* Pack writes every one of the rkey_packed_size bytes UCP sends: nothing of
+ * what the buffer held before goes to the peer */
+TEST_F(span_rkey_buffer, pack_writes_every_byte_it_sends)
+{
+    md_options_t chunked = {{"SPAN_MAX_CHUNK", "16k"}};
+    uct_md_close(md);
+    md = open_md(component, "cma+", chunked);
+    ASSERT_NE(nullptr, md);
+    uct_md_attr_t attr;
+    ASSERT_EQ(UCS_OK, uct_md_query(md, &attr));
+    packed_size = attr.rkey_packed_size;
+
+    std::vector<uint8_t> buf(64 * 1024);
+    uct_mem_h h;
+    ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, buf.data(), buf.size(),
+                                     UCT_MD_MEM_ACCESS_ALL, &h));
+    std::vector<uint8_t> a(packed_size, 0xee), b(packed_size, 0x11);
+    ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, h, a.data()));
+    ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, h, b.data()));
+    EXPECT_EQ(a, b) << "bytes the key does not use are sent as they were";
+    /* what a sender does with it: memcheck (contrib/) reports a write of
+     * uninitialised bytes */
+    uint8_t *fresh = (uint8_t*)malloc(packed_size);
+    ASSERT_NE(nullptr, fresh);
+    ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, h, fresh));
+    int fd = open("/dev/null", O_WRONLY);
+    EXPECT_EQ(ssize_t(packed_size), write(fd, fresh, packed_size));
+    close(fd);
+    free(fresh);
+    EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, h));
+}
+
+/*
+ * rkey_compare of span rkeys whose units are mapped here (span's own VMM
+ * export, issue 16 item 7b): two exporters' keys of the same address and
+ * length name different memory, and must not compare equal. Such rkeys
+ * need a GPU to unpack; their compare needs only what unpack records, so
+ * they are built here as unpack builds them.
+ */
+TEST(span_rkey_compare, vmm_keys_of_different_exporters_differ)
+{
+    uct_component_h span = find_component("span");
+    ASSERT_NE(nullptr, span);
+    std::vector<uint8_t> mem_a(sizeof(span_rkey_t) + 2 * sizeof(void*[2]));
+    std::vector<uint8_t> mem_b(mem_a.size());
+    span_rkey_t *a = (span_rkey_t*)mem_a.data();
+    span_rkey_t *b = (span_rkey_t*)mem_b.data();
+    a->geom.base       = 0x7f2000000000ull; /* two units of 4 MiB */
+    a->geom.length     = 4ull << 21;
+    a->geom.unit_size  = 2ull << 21;
+    a->geom.num_chunks = 2;
+    a->inner_component = (uct_component_t*)find_component("cma");
+    a->num_inner       = a->geom.num_chunks;
+    a->vmm_mapped      = 1;
+    a->vmm.length      = a->geom.length;
+    a->vmm.pid_ns      = 4026531836ull;
+    a->vmm.base        = 0x7f3000000000ull;
+    a->vmm.pid         = 1000;
+    mem_b              = mem_a;
+    b->vmm.base        = 0x7f4000000000ull;
+    b->vmm.pid         = 2000;
+
+    /* what uct_rkey_compare (uct_v2.h, not installed) calls */
+    uct_component_t *component = (uct_component_t*)span;
+    auto compare = [&](int *result) {
+        uct_rkey_compare_params_t params = {};
+        return component->rkey_compare(component, (uintptr_t)a, (uintptr_t)b,
+                                       &params, result);
+    };
+    int result = 0, reverse = 0;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_NE(0, result) << "two exporters' memory compared equal";
+    std::swap(a, b);
+    ASSERT_EQ(UCS_OK, compare(&reverse));
+    std::swap(a, b);
+    EXPECT_EQ(-result, reverse);
+
+    /* the same exporter's units, mapped twice here, are the same memory */
+    b->vmm.pid = 1000;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_EQ(0, result);
+    /* ... unless other units were exported since at the same address */
+    b->vmm.keys_sum = 1;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_NE(0, result);
+    /* a mapped key and an inner one differ */
+    mem_b          = mem_a;
+    b->vmm_mapped  = 0;
+    ASSERT_EQ(UCS_OK, compare(&result));
+    EXPECT_NE(0, result);
 }

@@ -6,12 +6,32 @@
 #endif
 
 #include "span_cuda_vmm.h"
+#include "span_spill.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 #include <string.h>
 
 #define SPAN_CUDA_VMM_MAGIC 0x4d565053u /* "SPVM" */
+
+static int span_cuda_vmm_cmp(uint64_t a, uint64_t b)
+{
+    return (a > b) - (a < b);
+}
+
+int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
+                          const span_cuda_vmm_map_t *b)
+{
+    int result = span_cuda_vmm_cmp(a->pid_ns, b->pid_ns);
+
+    if (result == 0) {
+        result = span_cuda_vmm_cmp(a->pid, b->pid);
+    }
+    if (result == 0) {
+        result = span_cuda_vmm_cmp(a->keys_sum, b->keys_sum);
+    }
+    return result;
+}
 
 #if HAVE_CUDA
 #include <cuda.h>
@@ -143,6 +163,7 @@ ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
                                   size_t K, int *fd_p)
 {
     uint32_t head[4] = {SPAN_CUDA_VMM_MAGIC, (uint32_t)getpid(), 0, 0};
+    uint64_t pid_ns  = span_spill_pid_ns();
     CUmemGenericAllocationHandle handle;
     CUresult res;
     int fd;
@@ -164,6 +185,8 @@ ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
     memset(key, 0, K);
     memcpy(key, head, sizeof(head));
     memcpy((uint8_t*)key + sizeof(head), &size, sizeof(size));
+    memcpy((uint8_t*)key + sizeof(head) + sizeof(size), &pid_ns,
+           sizeof(pid_ns));
     *fd_p = fd;
     return UCS_OK;
 }
@@ -173,22 +196,31 @@ void span_cuda_vmm_unexport(int fd)
     close(fd);
 }
 
-/* Maps one unit of the exporter's at addr */
-static ucs_status_t span_cuda_vmm_map_unit(int pidfd, const uint8_t *key,
-                                           uint64_t addr, uint64_t size)
+/* Maps one unit of the exporter's, process pid, at addr */
+static ucs_status_t span_cuda_vmm_map_unit(int pidfd, uint32_t pid,
+                                           const uint8_t *key, uint64_t addr,
+                                           uint64_t size)
 {
     CUmemGenericAllocationHandle handle;
+    uint64_t key_size, pid_ns;
     uint32_t head[4];
-    uint64_t key_size;
+    ucs_status_t status;
     CUresult res;
     int fd;
 
     memcpy(head, key, sizeof(head));
     memcpy(&key_size, key + sizeof(head), sizeof(key_size));
-    if ((head[0] != SPAN_CUDA_VMM_MAGIC) || (key_size != size)) {
+    memcpy(&pid_ns, key + sizeof(head) + sizeof(key_size), sizeof(pid_ns));
+    if ((head[0] != SPAN_CUDA_VMM_MAGIC) || (head[1] != pid) ||
+        (key_size != size)) {
         ucs_error("span cuda vmm: a unit key does not describe the %" PRIu64
-                  "-byte unit the rkey's geometry makes", size);
+                  "-byte unit of process %u the rkey's geometry makes", size,
+                  pid);
         return UCS_ERR_INVALID_PARAM;
+    }
+    status = span_spill_peer_check(pid, pid_ns, head[2], "a VMM unit");
+    if (status != UCS_OK) {
+        return status;
     }
     fd = syscall(SYS_pidfd_getfd, pidfd, (int)head[2], 0);
     if (fd < 0) {
@@ -229,12 +261,20 @@ static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
 {
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
                               CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    uint64_t start, length;
-    ucs_status_t status = UCS_OK;
-    uint32_t pid, i;
+    uint64_t start, length, pid_ns;
+    ucs_status_t status;
+    uint32_t pid, fd, i;
     int pidfd;
 
+    /* the first unit's key names the process; every key is checked */
     memcpy(&pid, keys + sizeof(uint32_t), sizeof(pid));
+    memcpy(&fd, keys + (2 * sizeof(uint32_t)), sizeof(fd));
+    memcpy(&pid_ns, keys + (4 * sizeof(uint32_t)) + sizeof(uint64_t),
+           sizeof(pid_ns));
+    status = span_spill_peer_check(pid, pid_ns, fd, "a VMM unit");
+    if (status != UCS_OK) {
+        return status;
+    }
     pidfd = syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0) {
         ucs_error("span cuda vmm: pidfd_open(%u) failed: %m", pid);
@@ -242,7 +282,7 @@ static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
     }
     for (i = 0; (i < geom->num_chunks) && (status == UCS_OK); ++i) {
         span_chunk_range(geom, i, &start, &length);
-        status = span_cuda_vmm_map_unit(pidfd, keys + (i * K),
+        status = span_cuda_vmm_map_unit(pidfd, pid, keys + (i * K),
                                         va + (start - geom->base), length);
     }
     close(pidfd);
@@ -282,8 +322,12 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
         }
     }
     span_cuda_vmm_ctx_leave(map->device, pushed);
-    map->base   = va;
-    map->length = geom->length;
+    map->base     = va;
+    map->length   = geom->length;
+    map->keys_sum = span_rkey_hash(keys, (size_t)geom->num_chunks * K);
+    memcpy(&map->pid, keys + sizeof(uint32_t), sizeof(map->pid));
+    memcpy(&map->pid_ns, keys + (4 * sizeof(uint32_t)) + sizeof(uint64_t),
+           sizeof(map->pid_ns));
     return status;
 }
 

@@ -10,6 +10,15 @@
  * pidfd_getfd, maps the units back to back into one range, and the twin's
  * zcopy ops copy through that mapping with the driver. pidfd_getfd needs
  * ptrace attach rights over the exporter, as cuda_ipc's own path does.
+ *
+ * A unit's key, in the room of an inner key (all little-endian):
+ *   +0  4  magic   SPAN_CUDA_VMM_MAGIC
+ *   +4  4  pid     the exporter
+ *   +8  4  fd      its descriptor of the unit's handle
+ *   +12 4  0
+ *   +16 8  size    of the unit, as the rkey's geometry makes it
+ *   +24 8  pid_ns  the exporter's PID namespace: pid and fd are checked
+ *                  (span_spill_peer_check) before any is looked up
  */
 #ifndef SPAN_CUDA_VMM_H_
 #define SPAN_CUDA_VMM_H_
@@ -21,7 +30,7 @@
 #include <stdint.h>
 
 /* Bytes of a span key of one unit, within an inner key's room */
-#define SPAN_CUDA_VMM_KEY_SIZE 24
+#define SPAN_CUDA_VMM_KEY_SIZE 32
 
 /* Whether the unit at base is VMM memory that can be shared as a POSIX fd */
 int span_cuda_vmm_exportable(uint64_t base);
@@ -34,9 +43,12 @@ void span_cuda_vmm_unexport(int fd);
 
 /* The exporter's units mapped into this process */
 typedef struct span_cuda_vmm_map {
-    uint64_t base;    /* local address of the extent's first byte */
+    uint64_t base;     /* local address of the extent's first byte */
     uint64_t length;
-    int      device;  /* the device given access, whose context copies */
+    int      device;   /* the device given access, whose context copies */
+    uint32_t pid;      /* the exporter, */
+    uint64_t pid_ns;
+    uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
 } span_cuda_vmm_map_t;
 
 /* Maps the geometry's units from keys of K bytes each, contiguous */
@@ -44,6 +56,11 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
                                   const span_chunk_geom_t *geom,
                                   span_cuda_vmm_map_t *map);
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);
+
+/* Orders mappings by the exporter's units they map (not by where they are
+ * mapped here): 0 where both map the same units */
+int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
+                          const span_cuda_vmm_map_t *b);
 
 /* Synchronous copy between a local buffer and the mapping */
 ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,

@@ -3,6 +3,11 @@
  * a parsed key (every inner key rebuilt, chunk lookups over the extent).
  * Built with clang -fsanitize=fuzzer,address: a read past the input or a
  * wrong lookup is a crash.
+ *
+ * Each input is parsed as it is, then as a key from a peer
+ * (span_rkey_parse_peer), which UCT hands over without its length: in a
+ * buffer of exactly the rkey_packed_size of the twin MD it names, one that
+ * never cuts keys or one that does (the input's first byte chooses).
  */
 #include "span_rkey.h"
 
@@ -20,9 +25,29 @@ static ucs_log_func_rc_t span_fuzz_quiet(const char *file, unsigned line,
     return UCS_LOG_FUNC_RC_STOP; /* refusals log; millions would drown it */
 }
 
+/* The twin MDs a peer's key may come from: inner key size, packed size */
+static const struct {
+    const char *component;
+    size_t     key_size;
+    size_t     packed_size;
+} span_fuzz_twins[] = {
+    {"fuzz_whole", 24, SPAN_RKEY_HDR_SIZE + 24}, /* never cuts */
+    {"fuzz_cut", 8, SPAN_RKEY_MAX_SIZE}          /* cuts, spills */
+};
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+    unsigned i;
+
     ucs_log_push_handler(span_fuzz_quiet);
+    for (i = 0; i < 2; ++i) {
+        if (span_rkey_size_add(span_rkey_component_id(
+                                       span_fuzz_twins[i].component),
+                               span_fuzz_twins[i].key_size,
+                               span_fuzz_twins[i].packed_size) != UCS_OK) {
+            abort();
+        }
+    }
     return 0;
 }
 
@@ -46,25 +71,30 @@ static void span_fuzz_lookup(const span_chunk_geom_t *geom, uint64_t addr)
     abort();
 }
 
-static void span_fuzz_parse(const uint8_t *buf, size_t size)
+/* What an importer does with a parsed key */
+static void span_fuzz_use(const span_rkey_desc_t *desc)
 {
     uint8_t key[SPAN_RKEY_MAX_KEY];
-    const span_chunk_geom_t *geom;
-    span_rkey_desc_t desc;
+    const span_chunk_geom_t *geom = &desc->geom;
     uint32_t i;
 
-    if (span_rkey_parse(buf, size, &desc) != UCS_OK) {
-        return;
-    }
-    geom = &desc.geom;
     /* spilled keys are read from the exporter (span_spill.c), not here */
-    for (i = 0; !desc.spilled && (i < geom->num_chunks); ++i) {
-        span_rkey_key(&desc, i, key);
+    for (i = 0; !desc->spilled && (i < geom->num_chunks); ++i) {
+        span_rkey_key(desc, i, key);
     }
     span_fuzz_lookup(geom, geom->base);
     span_fuzz_lookup(geom, geom->base + geom->length - 1);
     span_fuzz_lookup(geom, geom->base + (geom->length / 2));
     span_fuzz_lookup(geom, geom->base + (geom->length / 3));
+}
+
+static void span_fuzz_parse(const uint8_t *buf, size_t size)
+{
+    span_rkey_desc_t desc;
+
+    if (span_rkey_parse(buf, size, &desc) == UCS_OK) {
+        span_fuzz_use(&desc);
+    }
 }
 
 /* FNV-1a 32, written again from the format's description */
@@ -93,6 +123,33 @@ static void span_fuzz_reseal(uint8_t *buf, size_t size)
     memcpy(buf + 42, &h, 4);
 }
 
+/* The input after its first byte as a peer's key, in a buffer of exactly
+ * the packed size of the twin it names; bit 0 of the first byte chooses
+ * the twin, bit 1 keeps the input's own component id (most likely unknown),
+ * bit 2 leaves the checksums as they are */
+static void span_fuzz_peer(const uint8_t *data, size_t size)
+{
+    unsigned twin      = data[0] & 1;
+    size_t packed_size = span_fuzz_twins[twin].packed_size;
+    uint8_t *buf       = malloc(packed_size);
+    uint32_t id        = span_rkey_component_id(
+                                 span_fuzz_twins[twin].component);
+    span_rkey_desc_t desc;
+
+    memset(buf, 0, packed_size);
+    memcpy(buf, data + 1, (size - 1 < packed_size) ? size - 1 : packed_size);
+    if (!(data[0] & 2)) {
+        memcpy(buf + 4, &id, sizeof(id));
+    }
+    if (!(data[0] & 4)) {
+        span_fuzz_reseal(buf, packed_size);
+    }
+    if (span_rkey_parse_peer(buf, &desc) == UCS_OK) {
+        span_fuzz_use(&desc);
+    }
+    free(buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* exact copies, so that a read past size is caught */
@@ -105,5 +162,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         span_fuzz_parse(buf, size);
     }
     free(buf);
+    if (size > 0) {
+        span_fuzz_peer(data, size);
+    }
     return 0;
 }

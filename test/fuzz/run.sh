@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the span rkey fuzzer with clang's libFuzzer (ASan + UBSan) and runs
-# it for SECONDS on a corpus directory, kept between runs.
-#   test/fuzz/run.sh SECONDS [CORPUS_DIR]
+# it for SECONDS (0: no limit) or RUNS executions, whichever ends first, on
+# a corpus directory, kept between runs.
+#   test/fuzz/run.sh SECONDS [CORPUS_DIR [RUNS]]
 # Environment: SPAN_TOP_SRCDIR, SPAN_UCX_CPPFLAGS, SPAN_UCX_LIBDIR (set by
 # ctest; defaults fit the source tree with contrib/setup.sh's UCX).
 # Exit 77 (ctest: skipped) when clang cannot build a libFuzzer target.
@@ -12,6 +13,7 @@ top=${SPAN_TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 cppflags=${SPAN_UCX_CPPFLAGS:--I$top/.deps/ucx/include}
 libdir=${SPAN_UCX_LIBDIR:-$top/.deps/ucx/lib}
 corpus=${2:-${TMPDIR:-/tmp}/span-fuzz-rkey-corpus}
+runs=${3:--1}
 out=${TMPDIR:-/tmp}/span-fuzz-rkey.$$
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$out" "$corpus"
@@ -26,12 +28,13 @@ if ! command -v clang >/dev/null ||
     exit 77
 fi
 
-findings=${TMPDIR:-/tmp}/span-fuzz-rkey-findings
+findings=$corpus-findings
 mkdir -p "$findings"
 rm -f "$findings"/crash-* "$findings"/leak-* "$findings"/timeout-* "$findings"/oom-*
 UBSAN_OPTIONS=halt_on_error=1 "$out/fuzz_rkey" -max_total_time="$seconds" \
-    -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" 2>&1 |
-    grep -E "^(#[0-9]+ +DONE|stat::number|stat::new|==|SUMMARY|Done)" || true
+    -runs="$runs" -max_len=256 -print_final_stats=1 \
+    -artifact_prefix="$findings/" "$corpus" 2>&1 |
+    grep --line-buffered -E "^(#[0-9]+[[:space:]]+(DONE|pulse)|stat::number|stat::new|==|SUMMARY|Done)" || true
 if ls "$findings"/* >/dev/null 2>&1; then
     echo "FINDINGS (inputs kept in $findings):"
     ls -la "$findings"

@@ -4,9 +4,14 @@
  * bytes per region: larger registrations fail, or, with
  * UCX_STRICT_TRUNCATE=y, silently cover only the first MAX_MR_SIZE bytes
  * (the buggy engines' behaviour). Its rkey carries the extent really
- * registered and a key; its transport moves bytes with cma, and fails an op
- * whose remote range lies outside the rkey's extent or whose key does not
- * match it, with UCS_ERR_IO_ERROR as a NIC's remote access error.
+ * registered, the access flags it was registered with and a key; its
+ * transport moves bytes with cma, and fails an op whose remote range lies
+ * outside the rkey's extent, whose key does not match it or which the
+ * registration's access flags do not allow (an atomic on a region
+ * registered for RMA only), with UCS_ERR_IO_ERROR as a NIC's remote access
+ * error. Its 64-bit atomics act on this process's memory: they serve the
+ * UCT tests (one process) and are not advertised, so that UCP between
+ * processes never picks them.
  * UCX_STRICT_REPORT_MAX_REG=n makes the MD report no limit, as UCX's ib MD
  * does; UCX_STRICT_PIN=y pins what it registers, as a NIC driver does.
  */
@@ -44,11 +49,13 @@ typedef struct strict_md {
     int       pin;
 } strict_md_t;
 
-/* A registration and, unpacked, a remote key: the extent and its key */
+/* A registration and, unpacked, a remote key: the extent, its key and what
+ * it allows (UCT_MD_MEM_ACCESS_* flags) */
 typedef struct strict_region {
     uint64_t base;
     uint64_t length;
     uint32_t key;
+    uint32_t access;
 } strict_region_t;
 
 static uct_component_t strict_component;
@@ -145,6 +152,8 @@ static ucs_status_t strict_md_mem_reg(uct_md_h md, void *address,
     region->base   = (uintptr_t)address;
     region->length = ucs_min(length, smd->max_mr_size);
     region->key    = strict_key(region->base, region->length);
+    region->access = (params->field_mask & UCT_MD_MEM_REG_FIELD_FLAGS) ?
+                     (params->flags & UCT_MD_MEM_ACCESS_ALL) : 0;
     if (smd->pin && (mlock(address, region->length) != 0)) {
         ucs_error("strict: cannot pin %p +%" PRIu64 ": %m", address,
                   region->length);
@@ -184,7 +193,7 @@ static ucs_status_t strict_md_mkey_pack(uct_md_h md, uct_mem_h memh,
     uint8_t *p                    = buffer;
 
     memcpy(p, &region->key, 4);
-    memset(p + 4, 0xa5, 4);
+    memcpy(p + 4, &region->access, 4);
     memcpy(p + 8, &region->base, 8);
     memcpy(p + 16, &region->length, 8);
     return UCS_OK;
@@ -288,6 +297,7 @@ static ucs_status_t strict_rkey_unpack(uct_component_t *component,
         return UCS_ERR_NO_MEMORY;
     }
     memcpy(&region->key, p, 4);
+    memcpy(&region->access, p + 4, 4);
     memcpy(&region->base, p + 8, 8);
     memcpy(&region->length, p + 16, 8);
     *rkey_p   = (uintptr_t)region;
@@ -334,15 +344,12 @@ static strict_iface_t *strict_iface_find(uct_iface_h iface)
     return NULL;
 }
 
-static ucs_status_t strict_check(const uct_iov_t *iov, size_t iovcnt,
-                                 uint64_t addr, uct_rkey_t rkey)
+static ucs_status_t strict_check(uint64_t addr, size_t length,
+                                 uct_rkey_t rkey, uint32_t access,
+                                 const char *op)
 {
     const strict_region_t *region = (const strict_region_t*)rkey;
-    size_t i, length = 0;
 
-    for (i = 0; i < iovcnt; ++i) {
-        length += iov[i].length * iov[i].count;
-    }
     if (region->key != strict_key(region->base, region->length)) {
         ucs_error("strict: remote access error: key 0x%x does not match the "
                   "region [0x%" PRIx64 ", +%" PRIu64 ")", region->key,
@@ -356,14 +363,35 @@ static ucs_status_t strict_check(const uct_iov_t *iov, size_t iovcnt,
                   addr, length, region->base, region->length);
         return UCS_ERR_IO_ERROR;
     }
+    if ((region->access & access) != access) {
+        ucs_error("strict: remote access error: %s of [0x%" PRIx64 ", +%zu) "
+                  "needs access 0x%x, the region [0x%" PRIx64 ", +%" PRIu64
+                  ") was registered with 0x%x", op, addr, length, access,
+                  region->base, region->length, region->access);
+        return UCS_ERR_IO_ERROR;
+    }
     return UCS_OK;
+}
+
+static ucs_status_t strict_check_iov(const uct_iov_t *iov, size_t iovcnt,
+                                     uint64_t addr, uct_rkey_t rkey,
+                                     uint32_t access, const char *op)
+{
+    size_t i, length = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        length += iov[i].length * iov[i].count;
+    }
+    return strict_check(addr, length, rkey, access, op);
 }
 
 static ucs_status_t strict_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
                                         size_t iovcnt, uint64_t remote_addr,
                                         uct_rkey_t rkey, uct_completion_t *comp)
 {
-    ucs_status_t status = strict_check(iov, iovcnt, remote_addr, rkey);
+    ucs_status_t status = strict_check_iov(iov, iovcnt, remote_addr, rkey,
+                                           UCT_MD_MEM_ACCESS_REMOTE_PUT,
+                                           "put");
 
     if (status != UCS_OK) {
         return status;
@@ -376,13 +404,68 @@ static ucs_status_t strict_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
                                         size_t iovcnt, uint64_t remote_addr,
                                         uct_rkey_t rkey, uct_completion_t *comp)
 {
-    ucs_status_t status = strict_check(iov, iovcnt, remote_addr, rkey);
+    ucs_status_t status = strict_check_iov(iov, iovcnt, remote_addr, rkey,
+                                           UCT_MD_MEM_ACCESS_REMOTE_GET,
+                                           "get");
 
     if (status != UCS_OK) {
         return status;
     }
     return strict_iface_find(ep->iface)->ops.ep_get_zcopy(
             ep, iov, iovcnt, remote_addr, UCT_INVALID_RKEY, comp);
+}
+
+/* Applies opcode (ADD, AND, OR, XOR or SWAP) to *addr; the value before */
+static uint64_t strict_atomic(uint64_t *addr, unsigned opcode, uint64_t value)
+{
+    switch (opcode) {
+    case UCT_ATOMIC_OP_ADD:
+        return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
+    case UCT_ATOMIC_OP_AND:
+        return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
+    case UCT_ATOMIC_OP_OR:
+        return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
+    case UCT_ATOMIC_OP_XOR:
+        return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
+    default:
+        return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
+    }
+}
+
+static ucs_status_t strict_ep_atomic64_post(uct_ep_h ep, unsigned opcode,
+                                            uint64_t value,
+                                            uint64_t remote_addr,
+                                            uct_rkey_t rkey)
+{
+    ucs_status_t status = strict_check(remote_addr, sizeof(uint64_t), rkey,
+                                       UCT_MD_MEM_ACCESS_REMOTE_ATOMIC,
+                                       "atomic");
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (opcode == UCT_ATOMIC_OP_SWAP) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    strict_atomic((uint64_t*)(uintptr_t)remote_addr, opcode, value);
+    return UCS_OK;
+}
+
+static ucs_status_t strict_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
+                                             uint64_t value, uint64_t *result,
+                                             uint64_t remote_addr,
+                                             uct_rkey_t rkey,
+                                             uct_completion_t *comp)
+{
+    ucs_status_t status = strict_check(remote_addr, sizeof(uint64_t), rkey,
+                                       UCT_MD_MEM_ACCESS_REMOTE_ATOMIC,
+                                       "atomic");
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    *result = strict_atomic((uint64_t*)(uintptr_t)remote_addr, opcode, value);
+    return UCS_OK;
 }
 
 static void strict_iface_close(uct_iface_h iface)
@@ -426,9 +509,11 @@ static ucs_status_t strict_iface_open(uct_md_h md, uct_worker_h worker,
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
-    iface->ops.ep_put_zcopy = strict_ep_put_zcopy;
-    iface->ops.ep_get_zcopy = strict_ep_get_zcopy;
-    iface->ops.iface_close  = strict_iface_close;
+    iface->ops.ep_put_zcopy      = strict_ep_put_zcopy;
+    iface->ops.ep_get_zcopy      = strict_ep_get_zcopy;
+    iface->ops.ep_atomic64_post  = strict_ep_atomic64_post;
+    iface->ops.ep_atomic64_fetch = strict_ep_atomic64_fetch;
+    iface->ops.iface_close       = strict_iface_close;
     *iface_p                = iface;
     return UCS_OK;
 }

@@ -101,6 +101,12 @@ static ucs_status_t span_split_piece(const span_split_t *split, size_t max,
         iov[n].length = take = ucs_min(take, avail);
         iov[n].stride = 0;
         iov[n].count  = 1;
+        if (ucs_unlikely((take == 0) &&
+                         (offset < src->length * src->count))) {
+            ucs_error("span: local buffer %p (iov entry %zu) lies outside "
+                      "its memory handle %p", ptr, index, src->memh);
+            return UCS_ERR_INVALID_PARAM;
+        }
         n      += (take > 0);
         bytes  += take;
         offset += take;

@@ -726,6 +726,34 @@ TEST_P(span_uct_chunked, strided_iov)
  * memory is not accessed): beside it the other entries land whole, at the
  * end of the registration and across a unit boundary (split), and neither
  * the remote guard nor the entry's own buffer is touched */
+/* A local buffer outside the chunked handle it names has no inner handle:
+ * the op is refused, never looped on (the splitter found no piece) */
+TEST_P(span_uct_chunked, local_buffer_outside_its_handle_is_refused)
+{
+    if (!strict()) {
+        GTEST_SKIP() << "only strict+ registers local memory in chunks (cma "
+                        "registers nothing, any local buffer will do)";
+    }
+    deadline limit(30, "a zcopy with a foreign local buffer");
+    std::vector<uint8_t> local(size, 1), other(size, 2);
+    uct_mem_h lmemh = reg(local.data(), size);
+    uintptr_t abs   = (uintptr_t)remote.data();
+    size_t cross    = (((abs + 1024) / unit + 1) * unit - abs) - 100;
+    fill_remote(9);
+    std::vector<uint8_t> before = remote;
+    for (size_t off : {size_t(0), cross}) {
+        uct_iov_t iov = {other.data(), 200, lmemh, 0, 1};
+        completion c;
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_put_zcopy(ep, &iov, 1, raddr(off), rkey.rkey,
+                                   &c.super)) << "at " << off;
+        EXPECT_EQ(1u, logs.count("outside its memory handle")) << off;
+    }
+    EXPECT_TRUE(before == remote);
+    dereg(lmemh);
+}
+
 TEST_P(span_uct_chunked, iov_entry_of_count_0_moves_nothing)
 {
     if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY)) {

@@ -9,12 +9,14 @@
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
 #  6. span-check with its GPU scenarios;
 #  7. a PyTorch expandable_segments tensor through the resolver;
-#  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native).
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 12345678)
+#  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native);
+#  9. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixl has
+#     contrib/nixl_bundle.sh's copy of NIXL.
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-12345678}
+parts=${2:-123456789}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -141,5 +143,19 @@ echo "## 5. Registration of sub-buffers, ms, median of $runs"
 echo '| what | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|'
 "$gpu/bin/span_bench_gpu" reg 10000 "$runs"
+}
+part 9 && {
+echo
+echo "## 9. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors"
+if [ -f "$gpu/nixl/nixl.tar.xz" ]; then
+    rm -rf /tmp/span_nixl && mkdir -p /tmp/span_nixl &&
+        tar -C /tmp/span_nixl -xJf "$gpu/nixl/nixl.tar.xz"
+    PYTHONPATH=/tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" --gpu \
+        --runs "$runs"
+    r=$?
+    [ $r -eq 77 ] || rc=$((rc | r))
+else
+    echo "(no .gpu/nixl: contrib/nixl_bundle.sh makes it)"
+fi
 }
 exit $rc

@@ -373,11 +373,33 @@ def cudart_dir():
     return ""
 
 
+def proto_lanes(out):
+    """What UCP chose for put and get between the two processes, from the
+    initiator's UCX_PROTO_INFO tables: {"put": [...], "get": [...]}."""
+    lanes, op, intra = {"put": [], "get": []}, None, False
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 1:
+            text = cells[0]
+            if " cfg#" in text:
+                intra = "intra-node" in text
+            elif " by ucp_" in text:
+                op = ("put" if "write by ucp_put" in text else
+                      "get" if "read by ucp_get" in text else None)
+        elif len(cells) == 3 and op and intra and cells[0][:1].isdigit():
+            lane = "%s %s" % (cells[1], cells[2])
+            if lane not in lanes[op]:
+                lanes[op].append(lane)
+    return lanes
+
+
 def run_pair(args, tls, alloc):
     a, b = socket.socketpair()
     env = dict(os.environ, UCX_TLS=tls)
     # NIXL's UCX on a machine with Debian's libefa: see the README
     env.setdefault("UCX_MODULES", "^efa")
+    # only printed: which transport carried the row
+    env["UCX_PROTO_INFO"] = "y"
     if args.gpu:
         # NIXL's libucm_cuda links libcudart.so.13, which torch's wheels
         # bring in nvidia/cu13/lib
@@ -407,7 +429,9 @@ def run_pair(args, tls, alloc):
     rc, out, err = outs[1]
     for line in reversed(out.splitlines()):
         try:
-            return pickle.loads(bytes.fromhex(line.strip()))
+            res = pickle.loads(bytes.fromhex(line.strip()))
+            res["lanes"] = proto_lanes(out)
+            return res
         except Exception:  # a log line, not the result
             continue
     tail = (err.strip().splitlines() or ["no output"])[-1]
@@ -466,6 +490,7 @@ def main():
     print("|---|---|---|---|---|---|---|")
     rc = 0
     results = {}
+    lanes = []
     for alloc in allocs:
         mode = "gpu %s" % alloc if args.gpu else "cpu"
         rows = {}
@@ -475,6 +500,9 @@ def main():
                 res = {"results": [{"op": "(setup)", "status": res["error"],
                                     "bytes_ok": None, "gbps": None}]}
             rows[tls] = res["results"]
+            lanes.append("%s, UCX_TLS=%s: put %s; get %s" % (
+                mode, tls, *(", ".join(res.get("lanes", {}).get(op) or ["-"])
+                             for op in ("put", "get"))))
             for r in rows[tls]:
                 results[(alloc, tls, r["op"])] = r
         nat = {r["op"]: r for r in rows[native]}
@@ -501,6 +529,9 @@ def main():
                     mode, tls, r["op"], one_line(r["status"]),
                     {True: "yes", False: "NO" + why, None: "-"}[ok],
                     fmt_gbps(r["gbps"]), verdict))
+    print("\nWhat UCP chose between the two processes (UCX_PROTO_INFO):")
+    for line in lanes:
+        print("- " + line)
     if args.gpu:
         # the goal: the twin on expandable memory as fast as native cuda_ipc
         # on cudaMalloc memory

@@ -47,8 +47,15 @@ XFER_TIMEOUT_S = 60.0
 def import_nixl():
     try:
         import nixl_cu13 as nixl
-    except ImportError:
-        import nixl._api as nixl
+    except ImportError as first:
+        if first.name != "nixl_cu13":
+            raise  # nixl_cu13 is there, but not what it needs (numpy)
+        try:
+            import nixl
+        except ImportError:
+            raise first from None
+        if not hasattr(nixl, "nixl_agent"):  # older: the API in nixl._api
+            import nixl._api as nixl
     return nixl
 
 

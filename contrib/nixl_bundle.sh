@@ -7,6 +7,8 @@
 # plugins. Stripped, then packed as .gpu/nixl/nixl.tar.xz (gpu_suite.sh
 # unpacks it there). Run after contrib/gpu_bundle.sh (which empties .gpu/).
 # libucm_cuda links libcudart.so.13: torch's nvidia/cu13/lib has it there.
+# NIXL's python API imports numpy; --numpy adds numpy for a machine without
+# it (about 9 MB more).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 version=${SPAN_NIXL_VERSION:-1.5.1}
@@ -46,6 +48,14 @@ mkdir -p "$out/py"
     done
 )
 find "$out/py" -name '*.so*' -exec strip --strip-unneeded {} + 2>/dev/null || true
+if [ "${1:-}" = --numpy ]; then
+    python3 -m pip download -q --disable-pip-version-check --no-deps \
+        --only-binary=:all: --python-version "$pyver" \
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+        -d "$work" "numpy==2.2.6"
+    unzip -q "$work"/numpy-*.whl 'numpy/*' 'numpy.libs/*' -d "$out/py"
+    find "$out/py/numpy" -depth -type d -name tests -exec rm -rf {} +
+fi
 tar -C "$out" -cJf "$out/nixl.tar.xz" py
 rm -rf "$out/py"
 echo "nixl_bundle: nixl-cu13==$version for Python $pyver:" \

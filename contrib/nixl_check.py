@@ -480,7 +480,8 @@ def main():
         import_nixl()
     except ImportError as e:
         print("nixl_check: SKIP: the NIXL python package does not import "
-              "(%s); contrib/setup.sh installs it into .deps/nixl/py" % e)
+              "(%s); contrib/setup.sh installs it into .deps/nixl/py, "
+              "contrib/nixl_bundle.sh packs it for the GPU suite" % e)
         return 77
     if args.tls:
         native, twin = args.tls

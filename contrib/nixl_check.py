@@ -18,6 +18,13 @@ and UCX's defaults.
       segments off); boundaries every 20 MiB; bytes checked on the device;
       UCX_TLS=cuda_copy,cuda_ipc,tcp vs cuda_copy,cuda_ipc+,tcp.
 
+A twin row is right when NIXL says DONE, every byte is as expected and,
+where the native transport carried the op in the native row (UCP's choice,
+from UCX_PROTO_INFO, listed under the table), the twin carried it in the
+twin row. GB/s is only as good as the machine: NIXL's progress thread
+spins (one per agent), so on two cores the copying thread is preempted and
+the medians scatter by 10x; the bytes do not.
+
 The nixl package (nixl_cu13, or nixl) must import; UCX_MODULE_DIR must name
 the directory that holds libuct_span (the caller's environment is passed
 on, with UCX_TLS set per row). Prints one table; exits 0 only when every
@@ -400,6 +407,10 @@ def proto_lanes(out):
     return lanes
 
 
+def via(lanes, op, tl):
+    return any(tl + "/" in lane for lane in lanes.get(op, []))
+
+
 def run_pair(args, tls, alloc):
     a, b = socket.socketpair()
     env = dict(os.environ, UCX_TLS=tls)
@@ -501,19 +512,21 @@ def main():
     lanes = []
     for alloc in allocs:
         mode = "gpu %s" % alloc if args.gpu else "cpu"
-        rows = {}
+        rows, lanes_of = {}, {}
         for tls in (native, twin):
             res = run_pair(args, tls, alloc)
             if "error" in res:
                 res = {"results": [{"op": "(setup)", "status": res["error"],
                                     "bytes_ok": None, "gbps": None}]}
             rows[tls] = res["results"]
+            lanes_of[tls] = res.get("lanes", {})
             lanes.append("%s, UCX_TLS=%s: put %s; get %s" % (
                 mode, tls, *(", ".join(res.get("lanes", {}).get(op) or ["-"])
                              for op in ("put", "get"))))
             for r in rows[tls]:
                 results[(alloc, tls, r["op"])] = r
         nat = {r["op"]: r for r in rows[native]}
+        twins = [t for t in twin.split(",") if t.endswith("+")]
         for tls in (native, twin):
             for r in rows[tls]:
                 ok = r["bytes_ok"]
@@ -522,7 +535,16 @@ def main():
                 else:
                     n = nat.get(r["op"]) or nat.get("(setup)") or {}
                     good = r["status"] == "DONE" and ok is True
-                    if not good:
+                    # where the native transport carried this op, the twin
+                    # must have carried it too: not tcp in its place
+                    op = "put" if r["op"].startswith("WRITE") else "get"
+                    through = [t for t in twins
+                               if via(lanes_of[native], op, t[:-1]) and
+                               not via(lanes_of[twin], op, t)]
+                    if good and through:
+                        good = False
+                        verdict = "FAIL (not through %s)" % through[0]
+                    elif not good:
                         verdict = "FAIL"
                         if n and n.get("status") != "DONE":
                             verdict += " (native: %s)" % one_line(

@@ -11,11 +11,13 @@
 #  7. a PyTorch expandable_segments tensor through the resolver;
 #  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native);
 #  9. the GPU tests and span-check again in NIXL's UCX 1.23, same plugin.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789)
+#  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
+#     contrib/nixl_bundle.sh's copy of NIXL.
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789N)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-123456789}
+parts=${2:-123456789N}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -179,5 +181,20 @@ cudart=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)
     exit $((r | ${PIPESTATUS[0]}))
 )
 rc=$((rc | $?))
+}
+
+part N && {
+echo
+echo "## N. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors"
+if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
+    rm -rf /tmp/span_nixl && mkdir -p /tmp/span_nixl &&
+        tar -C /tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
+    PYTHONPATH=/tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" --gpu \
+        --runs "$runs"
+    r=$?
+    [ $r -eq 77 ] || rc=$((rc | r))
+else
+    echo "(no .gpu/nixlpy: contrib/nixl_bundle.sh makes it)"
+fi
 }
 exit $rc

@@ -92,6 +92,26 @@ if [ ! -f "$stamp" ]; then
 fi
 echo "setup: NIXL's UCX in $nixl_prefix/lib"
 
+# NIXL's python package (for contrib/nixl_check.py, the nixl_client test)
+# and numpy, for this machine's python3, in a project-local directory:
+# PYTHONPATH=.deps/nixl/py. nixl_ep (about 95 MB of PyTorch extensions) and
+# the wheel's headers are not needed and are dropped.
+pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+nixl_py="$nixl_prefix/py"
+stamp="$nixl_py/.nixl-$nixl_version-py$pyver"
+if [ ! -f "$stamp" ]; then
+    echo "setup: installing nixl-cu13==$nixl_version and numpy into $nixl_py"
+    rm -rf "$nixl_py" "$nixl_py.tmp"
+    python3 -m pip install -q --disable-pip-version-check --no-deps \
+        --only-binary=:all: --target "$nixl_py.tmp" \
+        "nixl-cu13==$nixl_version" "numpy==2.2.6"
+    rm -rf "$nixl_py.tmp"/nixl_ep_cu13 "$nixl_py.tmp"/include \
+        "$nixl_py.tmp"/nixl_cu13.scripts "$nixl_py.tmp"/bin
+    mv "$nixl_py.tmp" "$nixl_py"
+    touch "$stamp"
+fi
+echo "setup: NIXL's python package in $nixl_py"
+
 # The verbs VM (contrib/verbs_vm.sh): qemu and busybox from Debian, the
 # kernel package downloaded and unpacked into .deps/vm, never installed;
 # patchelf for the VM leg of make check (test/vm/run.sh).

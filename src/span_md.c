@@ -155,9 +155,18 @@ static span_memh_t *span_memh_alloc(uint32_t num_inner)
 
     memh = calloc(1, sizeof(*memh) + (num_inner * sizeof(uct_mem_h)));
     if (memh != NULL) {
+        memh->magic     = SPAN_MEMH_MAGIC;
         memh->num_inner = num_inner;
     }
     return memh;
+}
+
+/* NULL and UCX's dummy handle of MDs that only pretend to register
+ * (uct_md_dummy_mem_reg) are not read */
+static int span_memh_is_ours(uct_mem_h memh)
+{
+    return (memh != UCT_MEM_HANDLE_NULL) && (memh != (uct_mem_h)0xdeadbeef) &&
+           (((const span_memh_t*)memh)->magic == SPAN_MEMH_MAGIC);
 }
 
 /* Inline where the keys fit (and spilling is not forced), else spilled */
@@ -659,6 +668,16 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
         ucs_error("span md %p: mkey pack flags 0x%x are not supported", md,
                   params->flags);
         return UCS_ERR_UNSUPPORTED;
+    }
+
+    if (!span_memh_is_ours(memh)) {
+        ucs_error("span md %p (%s+): memh %p of [%p, +%zu) was not registered "
+                  "by this twin MD (memory from uct_iface_mem_alloc() on a "
+                  "twin iface is registered by the inner MD): register it "
+                  "with uct_md_mem_reg() on the twin MD, or measure the twin "
+                  "through UCP (ucx_perftest -t ucp_put_bw, UCX_TLS=<tl>+)",
+                  md, smd->inner_component->name, memh, address, length);
+        return UCS_ERR_INVALID_PARAM;
     }
 
     if ((smem->entry.owner != NULL) && !span_registry_valid(&smem->entry)) {

@@ -48,8 +48,13 @@ typedef struct span_md {
     span_registry_stats_t stats;
 } span_md_t;
 
+/* Marks a span_memh_t: a memh of another MD handed to a twin MD (memory from
+ * uct_iface_mem_alloc() on a twin iface is the inner MD's) is refused */
+#define SPAN_MEMH_MAGIC 0x5350414e4d454d48ull /* "SPANMEMH" */
+
 /* A registration through a twin MD: one inner registration per chunk */
 typedef struct span_memh {
+    uint64_t          magic;      /* SPAN_MEMH_MAGIC */
     span_registry_entry_t entry;  /* owner NULL: not shared (mem_alloc) */
     span_chunk_geom_t geom;
     uint8_t           rkey_size;

@@ -313,6 +313,28 @@ TEST_P(span_uct, md_attributes)
     }
 }
 
+/* What UCT-level ucx_perftest does over a twin: memory from
+ * uct_iface_mem_alloc() (registered, if at all, by the inner MD) packed with
+ * the twin MD. Refused with a line that says what to do instead. */
+TEST_P(span_uct, foreign_memh_is_refused_by_pack)
+{
+    if (!twin) {
+        GTEST_SKIP() << "twins only";
+    }
+    uct_md_attr_t md_attr;
+    ASSERT_EQ(UCS_OK, uct_md_query(md, &md_attr));
+    std::vector<uint8_t> packed(md_attr.rkey_packed_size + 1);
+    std::vector<uint64_t> foreign(64, 0x1122334455667788ull);
+    for (uct_mem_h h : std::vector<uct_mem_h>{UCT_MEM_HANDLE_NULL,
+                                              (uct_mem_h)0xdeadbeef,
+                                              (uct_mem_h)foreign.data()}) {
+        log_counter logs;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_md_mkey_pack(md, h, packed.data())) << h;
+        EXPECT_EQ(1u, logs.count("was not registered by this twin MD")) << h;
+    }
+}
+
 TEST_P(span_uct, put_get_short_and_bcopy)
 {
     if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT)) {

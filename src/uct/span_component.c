@@ -4,7 +4,7 @@
  * rkeys.
  */
 #include "span_component.h"
-#include "span_iface.h"
+#include "span_tl.h"
 #include "span_loader.h"
 #include "span_md.h"
 #include "span_rkey.h"

@@ -1,19 +1,15 @@
 /*
- * Twin transports: the inner transport's iface, with the ops that carry an
- * rkey or a memory handle patched in place.
+ * Twin ifaces: the inner transport's iface, with the ops that carry an rkey
+ * or a memory handle patched in place.
  */
 #ifndef SPAN_IFACE_H_
 #define SPAN_IFACE_H_
 
-#include "span_component.h"
+#include "span_md.h"
 
-/* Adds the twin of inner_tl to the span component's transports */
-ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl);
-
-/* The component whose transport a twin of the span component wraps */
-uct_component_t *span_tl_inner_component(const uct_tl_t *tl);
-
-/* Removes and frees every twin transport */
-void span_tl_remove_all(void);
+/* Makes iface, just opened by the inner transport of smd, a twin: patches
+ * its ops; closing it restores them and closes the inner iface */
+ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
+                               uct_worker_h worker);
 
 #endif

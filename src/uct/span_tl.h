@@ -1,0 +1,18 @@
+/*
+ * Twin transports: the span component's uct_tl_t, one per inner transport.
+ */
+#ifndef SPAN_TL_H_
+#define SPAN_TL_H_
+
+#include "span_component.h"
+
+/* Adds the twin of inner_tl to the span component's transports */
+ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl);
+
+/* The component whose transport a twin of the span component wraps */
+uct_component_t *span_tl_inner_component(const uct_tl_t *tl);
+
+/* Removes and frees every twin transport */
+void span_tl_remove_all(void);
+
+#endif

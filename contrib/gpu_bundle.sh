@@ -43,6 +43,7 @@ cp -L "$top/tools/.libs/libspan_pair.so" "$out/bin/"
 gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src/uct" -I"$ucx/include" \
     $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \
     "$top/contrib/span_resolve_shim.c" "$top/src/uct/resolvers/span_cuda.c" \
+    "$top/src/uct/resolvers/span_libcuda.c" \
     -L"$ucx/lib" -lucs -ldl -o "$out/bin/libspan_resolve.so"
 strip --strip-unneeded "$out"/ucx/lib/*.so.0 "$out"/ucx/lib/ucx/*.so.0 \
     "$out"/span/*.so* "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true

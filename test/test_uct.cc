@@ -9,7 +9,7 @@
 
 #include "test_deadline.h"
 extern "C" {
-#include "span_component.h"
+#include "span_rkey.h"
 }
 #include "test_log.h"
 

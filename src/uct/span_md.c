@@ -2,6 +2,7 @@
  * Twin memory domain.
  */
 #include "span_md.h"
+#include "span_component.h"
 #include "span_spill.h"
 #include "resolvers/span_cuda_vmm.h"
 #include "resolvers/span_verbs.h"

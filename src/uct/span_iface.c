@@ -414,7 +414,7 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       const span_rkey_t *rkey)
 {
-    uint8_t *remote = (uint8_t*)(uintptr_t)(rkey->vmm.base +
+    uint8_t *remote = (uint8_t*)(uintptr_t)(rkey->vmm->base +
                                              (remote_addr - rkey->geom.base));
     ucs_status_t status = UCS_OK;
     size_t i, j;
@@ -422,7 +422,7 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
     for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
         for (j = 0; (j < iov[i].count) && (status == UCS_OK); ++j) {
             uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
-            status = span_cuda_vmm_copy(&rkey->vmm, is_put ? remote : local,
+            status = span_cuda_vmm_copy(rkey->vmm, is_put ? remote : local,
                                         is_put ? local : remote,
                                         iov[i].length);
             remote += iov[i].length;
@@ -452,7 +452,7 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                       length))) {
         return UCS_ERR_INVALID_ADDR;
     }
-    if (ucs_unlikely(span_rkey(rkey)->vmm_mapped)) {
+    if (ucs_unlikely(span_rkey(rkey)->vmm != NULL)) {
         return span_ep_vmm_zcopy(is_put, iov, iovcnt, remote_addr,
                                  span_rkey(rkey));
     }

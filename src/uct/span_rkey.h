@@ -96,9 +96,9 @@ typedef struct span_rkey {
     int               inner_unpacked;  /* inner rkeys must be released */
     uint32_t          num_inner;       /* one per chunk, or one for all
                                           where the inner key is empty */
-    int               vmm_mapped;      /* the units are mapped here: ops
-                                          copy through vmm, no inner rkey */
-    span_cuda_vmm_map_t vmm;
+    /* the access path: the units mapped here, which ops copy through (no
+     * inner rkey), or NULL: ops go through inner[] */
+    span_cuda_vmm_map_t *vmm;
     struct {
         uct_rkey_t    rkey;
         void          *handle;

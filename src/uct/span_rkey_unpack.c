@@ -67,6 +67,29 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
     return UCS_OK;
 }
 
+/* Maps the units span exported (span_cuda_vmm.h) as the rkey's access
+ * path */
+static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
+                                      const span_rkey_desc_t *desc,
+                                      const uint8_t *keys)
+{
+    span_cuda_vmm_map_t *map = malloc(sizeof(*map));
+    ucs_status_t status;
+
+    if (map == NULL) {
+        ucs_error("span: no memory to map %u VMM units",
+                  desc->geom.num_chunks);
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = span_cuda_vmm_import(keys, desc->key_size, &desc->geom, map);
+    if (status != UCS_OK) {
+        free(map);
+        return status;
+    }
+    rkey->vmm = map;
+    return UCS_OK;
+}
+
 /* The keys of every chunk, contiguous: rebuilt from the rkey, or read from
  * the exporter's spill arena where they did not fit in it */
 static ucs_status_t span_rkey_keys(const span_rkey_desc_t *desc, uint32_t n,
@@ -138,9 +161,7 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
         return status;
     }
     if (desc.span_vmm) {
-        status = span_cuda_vmm_import(keys, desc.key_size, &desc.geom,
-                                      &rkey->vmm);
-        rkey->vmm_mapped = (status == UCS_OK);
+        status = span_rkey_vmm_map(rkey, &desc, keys);
     } else {
         status = span_rkey_unpack_inner(rkey, &desc, keys, params);
     }
@@ -160,8 +181,9 @@ ucs_status_t span_rkey_release(uct_component_t *component,
 {
     span_rkey_t *srkey = (span_rkey_t*)rkey;
 
-    if (srkey->vmm_mapped) {
-        span_cuda_vmm_unmap(&srkey->vmm);
+    if (srkey->vmm != NULL) {
+        span_cuda_vmm_unmap(srkey->vmm);
+        free(srkey->vmm);
     }
     span_rkey_release_inner(srkey, srkey->num_inner);
     free(srkey);
@@ -177,7 +199,7 @@ ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
     ucs_status_t status;
     uint64_t avail;
 
-    if (srkey->vmm_mapped) {
+    if (srkey->vmm != NULL) {
         /* the mapping is device memory: UCP copies it with its zcopy ops */
         return UCS_ERR_UNSUPPORTED;
     }
@@ -229,11 +251,11 @@ ucs_status_t span_rkey_compare(uct_component_t *component,
         *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);
     }
     if (*result == 0) {
-        *result = span_rkey_cmp_u64(a->vmm_mapped, b->vmm_mapped);
+        *result = span_rkey_cmp_u64(a->vmm != NULL, b->vmm != NULL);
     }
-    if ((*result == 0) && a->vmm_mapped) {
+    if ((*result == 0) && (a->vmm != NULL)) {
         /* no inner rkeys: the exporter and its units tell the memory */
-        *result = span_cuda_vmm_compare(&a->vmm, &b->vmm);
+        *result = span_cuda_vmm_compare(a->vmm, b->vmm);
     }
     for (i = 0; (*result == 0) && a->inner_unpacked && (i < a->num_inner);
          ++i) {

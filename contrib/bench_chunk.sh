@@ -8,8 +8,8 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 make -s test/modules/libuct_strict.la contrib/span_bench_chunk
-ln -sf "$top/src/.libs/libuct_span.so.0" "$top/src/.libs/libuct_span.so.0.0.0" \
-    "$top/src/.libs/libspan_impl.so" test/modules/.libs/
+ln -sf "$top/src/uct/.libs/libuct_span.so.0" "$top/src/uct/.libs/libuct_span.so.0.0.0" \
+    "$top/src/uct/.libs/libspan_impl.so" test/modules/.libs/
 export UCX_MODULE_DIR=$top/test/modules/.libs UCX_WARN_UNUSED_ENV_VARS=n
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 echo

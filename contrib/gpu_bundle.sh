@@ -19,8 +19,8 @@ done
 cp "$ucx/bin/ucx_perftest" "$ucx/bin/ucx_info" "$out/ucx/bin/"
 cp "$ucx"/libucx_cu13.libs/*.so* "$out/ucx/lib/" # for ucx_perftest and its cuda module
 # both names: UCX takes the extension of its own libucs (.so.0, NIXL .so.0.0.0)
-cp -L "$top/src/.libs/libuct_span.so.0" "$top/src/.libs/libuct_span.so.0.0.0" \
-    "$top/src/.libs/libspan_impl.so" "$out/span/"
+cp -L "$top/src/uct/.libs/libuct_span.so.0" "$top/src/uct/.libs/libuct_span.so.0.0.0" \
+    "$top/src/uct/.libs/libspan_impl.so" "$out/span/"
 for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
 done
@@ -40,9 +40,10 @@ fi
 # the test harness, for the PyTorch target (contrib/span_torch_target.py)
 cp -L "$top/tools/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py
-gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src" -I"$ucx/include" \
+gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src/uct" -I"$ucx/include" \
     $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \
-    "$top/contrib/span_resolve_shim.c" "$top/src/resolvers/span_cuda.c" \
+    "$top/contrib/span_resolve_shim.c" "$top/src/uct/resolvers/span_cuda.c" \
+    "$top/src/uct/resolvers/span_libcuda.c" \
     -L"$ucx/lib" -lucs -ldl -o "$out/bin/libspan_resolve.so"
 strip --strip-unneeded "$out"/ucx/lib/*.so.0 "$out"/ucx/lib/ucx/*.so.0 \
     "$out"/span/*.so* "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true

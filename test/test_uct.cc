@@ -9,7 +9,7 @@
 
 #include "test_deadline.h"
 extern "C" {
-#include "span_component.h"
+#include "span_rkey.h"
 }
 #include "test_log.h"
 
@@ -1879,14 +1879,17 @@ TEST(span_rkey_compare, vmm_keys_of_different_exporters_differ)
     a->geom.num_chunks = 2;
     a->inner_component = (uct_component_t*)find_component("cma");
     a->num_inner       = a->geom.num_chunks;
-    a->vmm_mapped      = 1;
-    a->vmm.length      = a->geom.length;
-    a->vmm.pid_ns      = 4026531836ull;
-    a->vmm.base        = 0x7f3000000000ull;
-    a->vmm.pid         = 1000;
+    span_cuda_vmm_map_t map_a = {}, map_b;
+    a->vmm             = &map_a;
+    a->vmm->length     = a->geom.length;
+    a->vmm->pid_ns     = 4026531836ull;
+    a->vmm->base       = 0x7f3000000000ull;
+    a->vmm->pid        = 1000;
     mem_b              = mem_a;
-    b->vmm.base        = 0x7f4000000000ull;
-    b->vmm.pid         = 2000;
+    map_b              = map_a;
+    b->vmm             = &map_b;
+    b->vmm->base       = 0x7f4000000000ull;
+    b->vmm->pid        = 2000;
 
     /* what uct_rkey_compare (uct_v2.h, not installed) calls */
     uct_component_t *component = (uct_component_t*)span;
@@ -1904,16 +1907,16 @@ TEST(span_rkey_compare, vmm_keys_of_different_exporters_differ)
     EXPECT_EQ(-result, reverse);
 
     /* the same exporter's units, mapped twice here, are the same memory */
-    b->vmm.pid = 1000;
+    b->vmm->pid = 1000;
     ASSERT_EQ(UCS_OK, compare(&result));
     EXPECT_EQ(0, result);
     /* ... unless other units were exported since at the same address */
-    b->vmm.keys_sum = 1;
+    b->vmm->keys_sum = 1;
     ASSERT_EQ(UCS_OK, compare(&result));
     EXPECT_NE(0, result);
     /* a mapped key and an inner one differ */
-    mem_b          = mem_a;
-    b->vmm_mapped  = 0;
+    mem_b  = mem_a;
+    b->vmm = nullptr;
     ASSERT_EQ(UCS_OK, compare(&result));
     EXPECT_NE(0, result);
 }

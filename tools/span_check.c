@@ -487,8 +487,9 @@ static void span_check_set_module_dir(char **argv)
     }
     exe[len] = '\0';
     *strrchr(exe, '/') = '\0';
-    /* a build tree keeps the plugin in src/.libs; an install in moduledir */
-    snprintf(dir, sizeof(dir), "%s/src/.libs/libuct_span.so.0", exe);
+    /* a build tree keeps the plugin in src/uct/.libs, an install in
+     * moduledir */
+    snprintf(dir, sizeof(dir), "%s/src/uct/.libs/libuct_span.so.0", exe);
     if (access(dir, R_OK) == 0) {
         *strrchr(dir, '/') = '\0';
     } else {

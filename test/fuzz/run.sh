@@ -20,8 +20,8 @@ mkdir -p "$out" "$corpus"
 
 if ! command -v clang >/dev/null ||
    ! clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
-         $cppflags -I"$top/src" "$top/test/fuzz/fuzz_rkey.c" \
-         "$top/src/span_rkey.c" "$top/src/span_chunk.c" -L"$libdir" \
+         $cppflags -I"$top/src/uct" "$top/test/fuzz/fuzz_rkey.c" \
+         "$top/src/uct/span_rkey.c" "$top/src/uct/span_chunk.c" -L"$libdir" \
          -Wl,-rpath,"$libdir" -lucs -o "$out/fuzz_rkey" 2>"$out/build.log"; then
     echo "SKIPPED: clang with libFuzzer is not available:"
     cat "$out/build.log" 2>/dev/null | tail -3

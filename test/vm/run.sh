@@ -33,7 +33,7 @@ if [ ! -f "$prov/$(basename "$rxe")" ] || [ "$rxe" -nt "$prov/$(basename "$rxe")
 fi
 
 env="LD_LIBRARY_PATH=$prov UCX_MODULES=^efa UCX_WARN_UNUSED_ENV_VARS=n"
-env="$env UCX_MODULE_DIR=$build/src/.libs"
+env="$env UCX_MODULE_DIR=$build/src/uct/.libs"
 quiet="grep -v \"^libibverbs: Warning: couldn't load driver\""
 test="$env timeout 300 $build/test/vm/span_vm_test"
 cd "$build"

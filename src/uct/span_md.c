@@ -2,6 +2,7 @@
  * Twin memory domain.
  */
 #include "span_md.h"
+#include "span_component.h"
 #include "span_spill.h"
 #include "resolvers/span_cuda_vmm.h"
 #include "resolvers/span_verbs.h"
@@ -209,8 +210,9 @@ out:
 
 /* Device memory that cuda_ipc packed as "no IPC" in every chunk, and whose
  * every unit span can export itself (span_cuda_vmm.h) */
-static int span_md_vmm_exports(span_md_t *smd, const span_memh_t *memh,
-                               ucs_memory_type_t mtype, const uint8_t *keys)
+static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
+                                    ucs_memory_type_t mtype,
+                                    const uint8_t *keys)
 {
     size_t K = smd->inner_attr.rkey_packed_size;
     uint64_t start, length;
@@ -321,7 +323,7 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
         }
     }
 
-    if (span_md_vmm_exports(smd, memh, mtype, keys)) {
+    if (span_md_vmm_needs_export(smd, memh, mtype, keys)) {
         status = span_md_vmm_export(smd, memh, keys);
         if (status != UCS_OK) {
             goto out;
@@ -484,9 +486,10 @@ static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
  * registers anew even while UCP still holds the stale handle, and packing a
  * key for a stale handle is refused.
  */
-static span_memh_t *span_md_shared(span_md_t *smd,
-                                   const span_md_extent_t *ext,
-                                   ucs_memory_type_t mtype, unsigned caps)
+static span_memh_t *span_md_registry_find(span_md_t *smd,
+                                          const span_md_extent_t *ext,
+                                          ucs_memory_type_t mtype,
+                                          unsigned caps)
 {
     span_registry_entry_t *entry;
 
@@ -506,10 +509,10 @@ static span_memh_t *span_md_shared(span_md_t *smd,
  * caching allocator's block) is served without walking the allocation:
  * one driver call checks that the memory there is still the allocation
  * that was registered. */
-static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
-                                              size_t length,
-                                              ucs_memory_type_t mtype,
-                                              unsigned caps)
+static span_memh_t *span_md_registry_find_within(span_md_t *smd,
+                                                 void *address, size_t length,
+                                                 ucs_memory_type_t mtype,
+                                                 unsigned caps)
 {
     span_registry_entry_t *entry;
     uint64_t id;
@@ -529,9 +532,11 @@ static span_memh_t *span_md_shared_allocation(span_md_t *smd, void *address,
     return ucs_container_of(entry, span_memh_t, entry);
 }
 
-static void span_md_share(span_md_t *smd, span_memh_t *memh,
-                          const span_md_extent_t *ext, ucs_memory_type_t mtype,
-                          unsigned caps)
+/* Counts a new registration and enters it in the registry where it may be
+ * shared */
+static void span_md_registry_add(span_md_t *smd, span_memh_t *memh,
+                                 const span_md_extent_t *ext,
+                                 ucs_memory_type_t mtype, unsigned caps)
 {
     __atomic_add_fetch(&smd->stats.registrations, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&smd->stats.chunks, memh->num_inner, __ATOMIC_RELAXED);
@@ -571,7 +576,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    memh = span_md_shared_allocation(smd, address, length, mtype, caps);
+    memh = span_md_registry_find_within(smd, address, length, mtype, caps);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
@@ -582,7 +587,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return status;
     }
 
-    memh = span_md_shared(smd, &ext, mtype, caps);
+    memh = span_md_registry_find(smd, &ext, mtype, caps);
     if (memh != NULL) {
         *memh_p = memh;
         return UCS_OK;
@@ -616,7 +621,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         goto err_dereg;
     }
 
-    span_md_share(smd, memh, &ext, mtype, caps);
+    span_md_registry_add(smd, memh, &ext, mtype, caps);
     *memh_p = memh;
     return UCS_OK;
 

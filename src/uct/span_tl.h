@@ -1,9 +1,8 @@
 /*
- * Twin transports: the inner transport's iface, with the ops that carry an
- * rkey or a memory handle patched in place.
+ * Twin transports: the span component's uct_tl_t, one per inner transport.
  */
-#ifndef SPAN_IFACE_H_
-#define SPAN_IFACE_H_
+#ifndef SPAN_TL_H_
+#define SPAN_TL_H_
 
 #include "span_component.h"
 

@@ -1,13 +1,19 @@
 /*
- * Span rkey wire format: pack and parse. The format is described next to its
- * code in span_rkey.c.
+ * The span rkey: its wire format, packed and parsed (span_rkey.c, which
+ * describes the format next to its code), and the unpacked rkey with the
+ * checks every remote access makes (span_rkey_unpack.c).
  */
 #ifndef SPAN_RKEY_H_
 #define SPAN_RKEY_H_
 
 #include "span_chunk.h"
+#include "resolvers/span_cuda_vmm.h"
+#include "ucx/span_ucx.h"
 
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
 #include <ucs/type/status.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,5 +88,88 @@ uint32_t span_rkey_hash(const void *data, size_t size);
 /* Inner key of chunk index of a parsed rkey whose keys are inline, key_size
  * bytes */
 void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key);
+
+/* The unpacked rkey: what uct_rkey_t points to for a twin */
+typedef struct span_rkey {
+    span_chunk_geom_t geom;            /* extent, exporter's addresses */
+    uct_component_t   *inner_component;
+    int               inner_unpacked;  /* inner rkeys must be released */
+    uint32_t          num_inner;       /* one per chunk, or one for all
+                                          where the inner key is empty */
+    /* the access path: the units mapped here, which ops copy through (no
+     * inner rkey), or NULL: ops go through inner[] */
+    span_cuda_vmm_map_t *vmm;
+    struct {
+        uct_rkey_t    rkey;
+        void          *handle;
+    } inner[];
+} span_rkey_t;
+
+/* Whether [addr, addr+length) lies inside the rkey's extent; logs if not */
+static UCS_F_ALWAYS_INLINE int
+span_rkey_check(const span_rkey_t *rkey, uint64_t addr, size_t length)
+{
+    uint64_t offset = addr - rkey->geom.base; /* wraps when addr < base */
+
+    if (ucs_likely((offset <= rkey->geom.length) &&
+                   (length <= rkey->geom.length - offset))) {
+        return 1;
+    }
+
+    ucs_error("span: remote access [0x%" PRIx64 ", +%zu) is outside the "
+              "registered extent [0x%" PRIx64 ", +%" PRIu64 ") of rkey %p",
+              addr, length, rkey->geom.base, rkey->geom.length, rkey);
+    return 0;
+}
+
+/* The inner rkey for an access at addr inside the extent, and in *avail_p
+ * the bytes from addr that its chunk holds */
+static UCS_F_ALWAYS_INLINE uct_rkey_t
+span_rkey_inner(const span_rkey_t *rkey, uint64_t addr, uint64_t *avail_p)
+{
+    uint32_t index = span_chunk_find(&rkey->geom, addr, avail_p);
+
+    return rkey->inner[(rkey->num_inner == 1) ? 0 : index].rkey;
+}
+
+void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
+                            size_t length, uint64_t avail);
+
+/* The inner rkey of an access that short, bcopy and atomic ops make: it
+ * must lie in the extent (UCS_ERR_INVALID_ADDR) and in one chunk
+ * (UCS_ERR_UNSUPPORTED: only zcopy ops are split) */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_rkey_whole(const span_rkey_t *rkey, uint64_t addr, size_t length,
+                uct_rkey_t *inner_p)
+{
+    uint64_t avail;
+
+    if (ucs_unlikely(!span_rkey_check(rkey, addr, length))) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *inner_p = span_rkey_inner(rkey, addr, &avail);
+    if (ucs_unlikely(length > avail)) {
+        span_rkey_log_crossing(rkey, addr, length, avail);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return UCS_OK;
+}
+
+/* The span component's rkey ops */
+ucs_status_t span_rkey_unpack(uct_component_t *component, const void *buffer,
+                              const uct_rkey_unpack_params_t *params,
+                              uct_rkey_t *rkey_p, void **handle_p);
+
+ucs_status_t span_rkey_release(uct_component_t *component, uct_rkey_t rkey,
+                               void *handle);
+
+ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
+                           void *handle, uint64_t remote_addr,
+                           void **local_addr_p);
+
+ucs_status_t span_rkey_compare(uct_component_t *component, uct_rkey_t rkey1,
+                               uct_rkey_t rkey2,
+                               const uct_rkey_compare_params_t *params,
+                               int *result);
 
 #endif

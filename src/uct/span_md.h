@@ -6,7 +6,6 @@
 #define SPAN_MD_H_
 
 #include "span_chunk.h"
-#include "span_component.h"
 #include "span_registry.h"
 #include "span_rkey.h"
 #include "resolvers/span_cuda.h"

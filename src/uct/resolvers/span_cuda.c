@@ -212,22 +212,7 @@ uint32_t span_cuda_widen(const span_cuda_ops_t *ops, span_cuda_extent_t *extent,
 }
 
 #if HAVE_CUDA
-#include <cuda.h>
-#include <dlfcn.h>
-#include <pthread.h>
-
-static struct {
-    typeof(cuMemGetAddressRange)      *mem_get_address_range;
-    typeof(cuPointerGetAttribute)     *pointer_get_attribute;
-    typeof(cuDeviceGet)               *device_get;
-    typeof(cuDevicePrimaryCtxRetain)  *primary_ctx_retain;
-    typeof(cuDevicePrimaryCtxRelease) *primary_ctx_release;
-    typeof(cuCtxPushCurrent)          *ctx_push;
-    typeof(cuCtxPopCurrent)           *ctx_pop;
-} span_cuda_fn;
-
-static pthread_once_t span_cuda_once = PTHREAD_ONCE_INIT;
-static int            span_cuda_loaded;
+#include "span_libcuda.h"
 
 /* The address range needs a context; UCP may register from a thread that
  * has none current: the primary context of the memory's device is used */
@@ -239,20 +224,21 @@ static CUresult span_cuda_range_in_ctx(CUdeviceptr addr, CUdeviceptr *base,
     CUresult res;
     int ordinal;
 
-    res = span_cuda_fn.pointer_get_attribute(&ordinal,
+    res = span_libcuda.cuPointerGetAttribute(&ordinal,
                                              CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                              addr);
     if ((res != CUDA_SUCCESS) ||
-        ((res = span_cuda_fn.device_get(&dev, ordinal)) != CUDA_SUCCESS) ||
-        ((res = span_cuda_fn.primary_ctx_retain(&ctx, dev)) != CUDA_SUCCESS)) {
+        ((res = span_libcuda.cuDeviceGet(&dev, ordinal)) != CUDA_SUCCESS) ||
+        ((res = span_libcuda.cuDevicePrimaryCtxRetain(&ctx, dev)) !=
+         CUDA_SUCCESS)) {
         return res;
     }
-    res = span_cuda_fn.ctx_push(ctx);
+    res = span_libcuda.cuCtxPushCurrent(ctx);
     if (res == CUDA_SUCCESS) {
-        res = span_cuda_fn.mem_get_address_range(base, size, addr);
-        span_cuda_fn.ctx_pop(&popped);
+        res = span_libcuda.cuMemGetAddressRange(base, size, addr);
+        span_libcuda.cuCtxPopCurrent(&popped);
     }
-    span_cuda_fn.primary_ctx_release(dev);
+    span_libcuda.cuDevicePrimaryCtxRelease(dev);
     return res;
 }
 
@@ -263,7 +249,7 @@ static ucs_status_t span_cuda_range(uint64_t addr, uint64_t *base_p,
     size_t size;
     CUresult res;
 
-    res = span_cuda_fn.mem_get_address_range(&base, &size, addr);
+    res = span_libcuda.cuMemGetAddressRange(&base, &size, addr);
     if (res == CUDA_ERROR_INVALID_CONTEXT) {
         res = span_cuda_range_in_ctx(addr, &base, &size);
     }
@@ -282,7 +268,7 @@ static ucs_status_t span_cuda_buffer_id(uint64_t addr, uint64_t *id_p)
     unsigned long long id;
     CUresult res;
 
-    res = span_cuda_fn.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+    res = span_libcuda.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
                                              addr);
     if (res != CUDA_SUCCESS) {
         ucs_debug("span cuda: no buffer id for 0x%" PRIx64 ": %d", addr, res);
@@ -299,11 +285,11 @@ static ucs_status_t span_cuda_vmm_device(uint64_t addr, int *device_p)
     unsigned long long types = 0;
     int ordinal;
 
-    if ((span_cuda_fn.pointer_get_attribute(
+    if ((span_libcuda.cuPointerGetAttribute(
                  &types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, addr) !=
          CUDA_SUCCESS) ||
         !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
-        (span_cuda_fn.pointer_get_attribute(
+        (span_libcuda.cuPointerGetAttribute(
                  &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr) !=
          CUDA_SUCCESS)) {
         return UCS_ERR_UNSUPPORTED;
@@ -318,40 +304,10 @@ static const span_cuda_ops_t span_cuda_driver_ops = {
     .vmm_device = span_cuda_vmm_device
 };
 
-/* Versioned names: cuda.h maps the API names to them with macros */
-static void span_cuda_load(void)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-
-    if (lib == NULL) {
-        ucs_debug("span cuda: resolver off: %s", dlerror());
-        return;
-    }
-    span_cuda_fn.mem_get_address_range = dlsym(lib, "cuMemGetAddressRange_v2");
-    span_cuda_fn.pointer_get_attribute = dlsym(lib, "cuPointerGetAttribute");
-    span_cuda_fn.device_get            = dlsym(lib, "cuDeviceGet");
-    span_cuda_fn.primary_ctx_retain    = dlsym(lib, "cuDevicePrimaryCtxRetain");
-    span_cuda_fn.primary_ctx_release   = dlsym(lib,
-                                               "cuDevicePrimaryCtxRelease_v2");
-    span_cuda_fn.ctx_push              = dlsym(lib, "cuCtxPushCurrent_v2");
-    span_cuda_fn.ctx_pop               = dlsym(lib, "cuCtxPopCurrent_v2");
-    span_cuda_loaded = span_cuda_fn.mem_get_address_range &&
-                       span_cuda_fn.pointer_get_attribute &&
-                       span_cuda_fn.device_get &&
-                       span_cuda_fn.primary_ctx_retain &&
-                       span_cuda_fn.primary_ctx_release &&
-                       span_cuda_fn.ctx_push && span_cuda_fn.ctx_pop;
-    if (!span_cuda_loaded) {
-        ucs_warn("span cuda: libcuda.so.1 lacks a driver call span needs: "
-                 "device memory is registered as one unit");
-        dlclose(lib);
-    }
-}
-
 const span_cuda_ops_t *span_cuda_driver(void)
 {
-    pthread_once(&span_cuda_once, span_cuda_load);
-    return span_cuda_loaded ? &span_cuda_driver_ops : NULL;
+    return span_libcuda_load(SPAN_LIBCUDA_RESOLVER) ? &span_cuda_driver_ops :
+                                                      NULL;
 }
 #else
 const span_cuda_ops_t *span_cuda_driver(void)

@@ -1,10 +1,10 @@
 /*
- * Twin transports.
+ * Twin ifaces.
  *
- * A twin iface is the inner iface object itself: uct_iface_open() finds the
- * twin uct_tl_t, whose iface_open calls the inner transport's iface_open and
- * then replaces, in the iface's own ops table, the entries that take an rkey
- * or a local memh. Everything else (AM, progress, flush, wireup) stays the
+ * A twin iface is the inner iface object itself: the twin transport's
+ * iface_open (span_tl.c) opens the inner iface and span_iface_attach()
+ * replaces, in the iface's own ops table, the entries that take an rkey or
+ * a local memh. Everything else (AM, progress, flush, wireup) stays the
  * inner transport's, at no cost. A replaced op translates span rkeys and memhs
  * to inner ones, checks the remote range, and calls the original op, found
  * through a lock-free table keyed by the iface pointer.
@@ -13,7 +13,6 @@
 #include "span_md.h"
 #include "span_split.h"
 
-#include <ucs/sys/string.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +23,6 @@
  * keeps probes short */
 #define SPAN_IFACE_MAX          (SPAN_IFACE_TABLE_SIZE / 2)
 #define SPAN_IFACE_TOMBSTONE    ((uct_iface_h)(uintptr_t)1)
-
-typedef struct span_tl {
-    uct_tl_t         super;
-    uct_tl_t        *inner;
-    uct_component_t *inner_component;
-} span_tl_t;
 
 typedef struct span_iface {
     uct_iface_ops_t    ops;       /* the inner transport's, as opened */
@@ -421,7 +414,7 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
                                       size_t iovcnt, uint64_t remote_addr,
                                       const span_rkey_t *rkey)
 {
-    uint8_t *remote = (uint8_t*)(uintptr_t)(rkey->vmm.base +
+    uint8_t *remote = (uint8_t*)(uintptr_t)(rkey->vmm->base +
                                              (remote_addr - rkey->geom.base));
     ucs_status_t status = UCS_OK;
     size_t i, j;
@@ -429,7 +422,7 @@ static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
     for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
         for (j = 0; (j < iov[i].count) && (status == UCS_OK); ++j) {
             uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
-            status = span_cuda_vmm_copy(&rkey->vmm, is_put ? remote : local,
+            status = span_cuda_vmm_copy(rkey->vmm, is_put ? remote : local,
                                         is_put ? local : remote,
                                         iov[i].length);
             remote += iov[i].length;
@@ -459,7 +452,7 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                       length))) {
         return UCS_ERR_INVALID_ADDR;
     }
-    if (ucs_unlikely(span_rkey(rkey)->vmm_mapped)) {
+    if (ucs_unlikely(span_rkey(rkey)->vmm != NULL)) {
         return span_ep_vmm_zcopy(is_put, iov, iovcnt, remote_addr,
                                  span_rkey(rkey));
     }
@@ -747,123 +740,22 @@ static void span_iface_patch(uct_iface_ops_t *ops)
     SPAN_IFACE_PATCH(ops, iface_close,          span_iface_close)
 }
 
-/*
- * uct_md_query_tl_resources() calls each transport's query_devices with the
- * MD alone, and asks every twin of the span component: a twin learns which
- * one it is from its own function, one per slot of span_tls[].
- */
-#define SPAN_TL_MAX 32
 
-static span_tl_t *span_tls[SPAN_TL_MAX];
-static unsigned   span_tl_count;
-
-static ucs_status_t span_tl_query_devices(unsigned index, uct_md_h md,
-                                          uct_tl_device_resource_t **devices_p,
-                                          unsigned *num_devices_p)
+ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
+                               uct_worker_h worker)
 {
-    span_md_t *smd = (span_md_t*)md;
-    span_tl_t *tl  = span_tls[index];
-
-    if (tl->inner_component != smd->inner_component) {
-        *devices_p     = NULL;
-        *num_devices_p = 0;
-        return UCS_OK;
-    }
-
-    return tl->inner->query_devices(smd->inner, devices_p, num_devices_p);
-}
-
-#define SPAN_TL_QUERY_DEVICES(_row, _col) \
-    static ucs_status_t span_tl_query_devices_##_row##_##_col( \
-            uct_md_h md, uct_tl_device_resource_t **devices_p, \
-            unsigned *num_devices_p) \
-    { \
-        return span_tl_query_devices((_row) * 8 + (_col), md, devices_p, \
-                                     num_devices_p); \
-    }
-
-#define SPAN_TL_QUERY_DEVICES_ROW(_row) \
-    SPAN_TL_QUERY_DEVICES(_row, 0) SPAN_TL_QUERY_DEVICES(_row, 1) \
-    SPAN_TL_QUERY_DEVICES(_row, 2) SPAN_TL_QUERY_DEVICES(_row, 3) \
-    SPAN_TL_QUERY_DEVICES(_row, 4) SPAN_TL_QUERY_DEVICES(_row, 5) \
-    SPAN_TL_QUERY_DEVICES(_row, 6) SPAN_TL_QUERY_DEVICES(_row, 7)
-
-SPAN_TL_QUERY_DEVICES_ROW(0)
-SPAN_TL_QUERY_DEVICES_ROW(1)
-SPAN_TL_QUERY_DEVICES_ROW(2)
-SPAN_TL_QUERY_DEVICES_ROW(3)
-
-#define SPAN_TL_QUERY_DEVICES_REF_ROW(_row) \
-    span_tl_query_devices_##_row##_0, span_tl_query_devices_##_row##_1, \
-    span_tl_query_devices_##_row##_2, span_tl_query_devices_##_row##_3, \
-    span_tl_query_devices_##_row##_4, span_tl_query_devices_##_row##_5, \
-    span_tl_query_devices_##_row##_6, span_tl_query_devices_##_row##_7
-
-static ucs_status_t (*const span_tl_query_devices_fns[SPAN_TL_MAX])(
-        uct_md_h, uct_tl_device_resource_t**, unsigned*) = {
-    SPAN_TL_QUERY_DEVICES_REF_ROW(0), SPAN_TL_QUERY_DEVICES_REF_ROW(1),
-    SPAN_TL_QUERY_DEVICES_REF_ROW(2), SPAN_TL_QUERY_DEVICES_REF_ROW(3)
-};
-
-static span_tl_t *span_tl_find(const char *name)
-{
-    unsigned i;
-
-    for (i = 0; i < span_tl_count; ++i) {
-        if (!strcmp(span_tls[i]->super.name, name)) {
-            return span_tls[i];
-        }
-    }
-    return NULL;
-}
-
-static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
-                                       const uct_iface_params_t *params,
-                                       const uct_iface_config_t *config,
-                                       uct_iface_h *iface_p)
-{
-    span_md_t *smd = (span_md_t*)md;
-    uct_iface_params_t inner_params;
     uct_iface_attr_t attr;
     span_iface_t *siface;
-    uct_iface_h iface;
     ucs_status_t status;
-    span_tl_t *tl;
 
-    if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
-        ucs_error("span: twin transports open in device mode only, not 0x%"
-                  PRIx64, params->open_mode);
-        return UCS_ERR_UNSUPPORTED;
-    }
-
-    tl = span_tl_find(params->mode.device.tl_name);
-    if ((tl == NULL) || (tl->inner_component != smd->inner_component)) {
-        ucs_error("span: md %p has no twin transport '%s'", md,
-                  params->mode.device.tl_name);
-        return UCS_ERR_NO_DEVICE;
+    status = iface->ops.iface_query(iface, &attr);
+    if (status != UCS_OK) {
+        return status;
     }
 
     siface = malloc(sizeof(*siface));
     if (siface == NULL) {
         return UCS_ERR_NO_MEMORY;
-    }
-
-    inner_params                     = *params;
-    inner_params.mode.device.tl_name = tl->inner->name;
-    status = tl->inner->iface_open(smd->inner, worker, &inner_params, config,
-                                   &iface);
-    if (status != UCS_OK) {
-        goto err_free;
-    }
-
-    if (!span_ucx_iface_check(iface, smd->inner, worker)) {
-        status = UCS_ERR_UNSUPPORTED;
-        goto err_close;
-    }
-
-    status = iface->ops.iface_query(iface, &attr);
-    if (status != UCS_OK) {
-        goto err_close;
     }
 
     siface->ops         = iface->ops;
@@ -873,70 +765,11 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_insert(iface, siface);
     if (status != UCS_OK) {
-        goto err_close;
+        free(siface);
+        return status;
     }
 
     span_iface_patch(&iface->ops);
     span_iface_patch_internal(siface, iface);
-    ucs_debug("span: opened %s/%s as iface %p over %s", tl->super.name,
-              params->mode.device.dev_name, iface, tl->inner->name);
-    *iface_p = iface;
     return UCS_OK;
-
-err_close:
-    iface->ops.iface_close(iface);
-err_free:
-    free(siface);
-    return status;
-}
-
-ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl)
-{
-    span_tl_t *tl;
-
-    if (strlen(inner_tl->name) + strlen(SPAN_TWIN_SUFFIX) >=
-        UCT_TL_NAME_MAX) {
-        ucs_debug("span: transport '%s' gets no twin: its name is too long "
-                  "for a suffix", inner_tl->name);
-        return UCS_ERR_UNSUPPORTED;
-    }
-
-    if (span_tl_count == SPAN_TL_MAX) {
-        ucs_warn("span: transport '%s' gets no twin: %d twins exist already",
-                 inner_tl->name, SPAN_TL_MAX);
-        return UCS_ERR_EXCEEDS_LIMIT;
-    }
-
-    tl = calloc(1, sizeof(*tl));
-    if (tl == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-
-    ucs_snprintf_zero(tl->super.name, sizeof(tl->super.name), "%s%s",
-                      inner_tl->name, SPAN_TWIN_SUFFIX);
-    tl->super.query_devices = span_tl_query_devices_fns[span_tl_count];
-    tl->super.iface_open    = span_tl_iface_open;
-    /* the inner transport's own UCX_<TL>_* variables configure the twin */
-    tl->super.config        = inner_tl->config;
-    ucs_list_head_init(&tl->super.config.list);
-    tl->inner               = inner_tl;
-    tl->inner_component     = inner_component;
-
-    span_tls[span_tl_count++] = tl;
-    ucs_list_add_tail(&span_component.tl_list, &tl->super.list);
-    return UCS_OK;
-}
-
-uct_component_t *span_tl_inner_component(const uct_tl_t *tl)
-{
-    return ucs_container_of(tl, span_tl_t, super)->inner_component;
-}
-
-void span_tl_remove_all(void)
-{
-    while (span_tl_count > 0) {
-        --span_tl_count;
-        ucs_list_del(&span_tls[span_tl_count]->super.list);
-        free(span_tls[span_tl_count]);
-    }
 }

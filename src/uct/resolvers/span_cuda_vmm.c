@@ -34,71 +34,14 @@ int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
 }
 
 #if HAVE_CUDA
-#include <cuda.h>
-#include <dlfcn.h>
-#include <pthread.h>
+#include "span_libcuda.h"
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define SPAN_CUDA_VMM_FN(_name) typeof(_name) *_name
-static struct {
-    SPAN_CUDA_VMM_FN(cuPointerGetAttribute);
-    SPAN_CUDA_VMM_FN(cuMemRetainAllocationHandle);
-    SPAN_CUDA_VMM_FN(cuMemExportToShareableHandle);
-    SPAN_CUDA_VMM_FN(cuMemImportFromShareableHandle);
-    SPAN_CUDA_VMM_FN(cuMemRelease);
-    SPAN_CUDA_VMM_FN(cuMemAddressReserve);
-    SPAN_CUDA_VMM_FN(cuMemAddressFree);
-    SPAN_CUDA_VMM_FN(cuMemMap);
-    SPAN_CUDA_VMM_FN(cuMemUnmap);
-    SPAN_CUDA_VMM_FN(cuMemSetAccess);
-    SPAN_CUDA_VMM_FN(cuMemcpyAsync);
-    SPAN_CUDA_VMM_FN(cuStreamSynchronize);
-    SPAN_CUDA_VMM_FN(cuCtxGetCurrent);
-    SPAN_CUDA_VMM_FN(cuCtxGetDevice);
-    SPAN_CUDA_VMM_FN(cuDeviceGet);
-    SPAN_CUDA_VMM_FN(cuDevicePrimaryCtxRetain);
-    SPAN_CUDA_VMM_FN(cuDevicePrimaryCtxRelease);
-    SPAN_CUDA_VMM_FN(cuCtxPushCurrent);
-    SPAN_CUDA_VMM_FN(cuCtxPopCurrent);
-} span_cuda_vmm_fn;
-
-static pthread_once_t span_cuda_vmm_once = PTHREAD_ONCE_INIT;
-static int            span_cuda_vmm_loaded;
-
-/* Versioned names: cuda.h maps the API names to them with macros */
-static void span_cuda_vmm_load(void)
-{
-    static const char *names[] = {
-        "cuPointerGetAttribute", "cuMemRetainAllocationHandle",
-        "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle",
-        "cuMemRelease", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap",
-        "cuMemUnmap", "cuMemSetAccess", "cuMemcpyAsync", "cuStreamSynchronize",
-        "cuCtxGetCurrent", "cuCtxGetDevice", "cuDeviceGet",
-        "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
-        "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"
-    };
-    void *lib  = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    void **fn  = (void**)&span_cuda_vmm_fn;
-    size_t i;
-
-    if (lib == NULL) {
-        return;
-    }
-    for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
-        fn[i] = dlsym(lib, names[i]);
-        if (fn[i] == NULL) {
-            ucs_debug("span cuda vmm: libcuda.so.1 lacks %s", names[i]);
-            return;
-        }
-    }
-    span_cuda_vmm_loaded = 1;
-}
-
 static int span_cuda_vmm_ready(void)
 {
-    pthread_once(&span_cuda_vmm_once, span_cuda_vmm_load);
-    return span_cuda_vmm_loaded;
+    return span_libcuda_load(SPAN_LIBCUDA_VMM);
 }
 
 /* The device of the current context, or device 0's primary context made
@@ -109,18 +52,18 @@ static ucs_status_t span_cuda_vmm_ctx_enter(int *device_p, int *pushed_p)
     CUdevice dev;
 
     *pushed_p = 0;
-    if ((span_cuda_vmm_fn.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) &&
+    if ((span_libcuda.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) &&
         (ctx != NULL)) {
-        return (span_cuda_vmm_fn.cuCtxGetDevice(&dev) == CUDA_SUCCESS) ?
+        return (span_libcuda.cuCtxGetDevice(&dev) == CUDA_SUCCESS) ?
                (*device_p = dev, UCS_OK) : UCS_ERR_NO_DEVICE;
     }
-    if ((span_cuda_vmm_fn.cuDeviceGet(&dev, *device_p) != CUDA_SUCCESS) ||
-        (span_cuda_vmm_fn.cuDevicePrimaryCtxRetain(&ctx, dev) !=
+    if ((span_libcuda.cuDeviceGet(&dev, *device_p) != CUDA_SUCCESS) ||
+        (span_libcuda.cuDevicePrimaryCtxRetain(&ctx, dev) !=
          CUDA_SUCCESS)) {
         return UCS_ERR_NO_DEVICE;
     }
-    if (span_cuda_vmm_fn.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) {
-        span_cuda_vmm_fn.cuDevicePrimaryCtxRelease(dev);
+    if (span_libcuda.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) {
+        span_libcuda.cuDevicePrimaryCtxRelease(dev);
         return UCS_ERR_NO_DEVICE;
     }
     *pushed_p = 1;
@@ -133,9 +76,9 @@ static void span_cuda_vmm_ctx_leave(int device, int pushed)
     CUdevice dev;
 
     if (pushed) {
-        span_cuda_vmm_fn.cuCtxPopCurrent(&ctx);
-        if (span_cuda_vmm_fn.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
-            span_cuda_vmm_fn.cuDevicePrimaryCtxRelease(dev);
+        span_libcuda.cuCtxPopCurrent(&ctx);
+        if (span_libcuda.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
+            span_libcuda.cuDevicePrimaryCtxRelease(dev);
         }
     }
 }
@@ -146,16 +89,15 @@ int span_cuda_vmm_exportable(uint64_t base)
     uint64_t types = 0;
 
     if (!span_cuda_vmm_ready() ||
-        (span_cuda_vmm_fn.cuPointerGetAttribute(
+        (span_libcuda.cuPointerGetAttribute(
                  &types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, base) !=
          CUDA_SUCCESS) ||
         !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
-        (span_cuda_vmm_fn.cuMemRetainAllocationHandle(&handle,
-                                                      (void*)base) !=
+        (span_libcuda.cuMemRetainAllocationHandle(&handle, (void*)base) !=
          CUDA_SUCCESS)) {
         return 0;
     }
-    span_cuda_vmm_fn.cuMemRelease(handle);
+    span_libcuda.cuMemRelease(handle);
     return 1;
 }
 
@@ -169,13 +111,13 @@ ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
     int fd;
 
     if ((K < SPAN_CUDA_VMM_KEY_SIZE) ||
-        (span_cuda_vmm_fn.cuMemRetainAllocationHandle(&handle, (void*)base) !=
+        (span_libcuda.cuMemRetainAllocationHandle(&handle, (void*)base) !=
          CUDA_SUCCESS)) {
         return UCS_ERR_UNSUPPORTED;
     }
-    res = span_cuda_vmm_fn.cuMemExportToShareableHandle(
+    res = span_libcuda.cuMemExportToShareableHandle(
             &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    span_cuda_vmm_fn.cuMemRelease(handle);
+    span_libcuda.cuMemRelease(handle);
     if (res != CUDA_SUCCESS) {
         ucs_error("span cuda vmm: cannot export the allocation at 0x%" PRIx64
                   " as a POSIX fd: %d", base, res);
@@ -229,7 +171,7 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, uint32_t pid,
                   "as for cuda_ipc)", (int)head[2], head[1]);
         return UCS_ERR_UNREACHABLE;
     }
-    res = span_cuda_vmm_fn.cuMemImportFromShareableHandle(
+    res = span_libcuda.cuMemImportFromShareableHandle(
             &handle, (void*)(uintptr_t)fd,
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     close(fd);
@@ -238,8 +180,8 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, uint32_t pid,
                   head[1], res);
         return UCS_ERR_UNREACHABLE;
     }
-    res = span_cuda_vmm_fn.cuMemMap(addr, size, 0, handle, 0);
-    span_cuda_vmm_fn.cuMemRelease(handle); /* the mapping holds it */
+    res = span_libcuda.cuMemMap(addr, size, 0, handle, 0);
+    span_libcuda.cuMemRelease(handle); /* the mapping holds it */
     return (res == CUDA_SUCCESS) ? UCS_OK : UCS_ERR_NO_MEMORY;
 }
 
@@ -251,7 +193,7 @@ static void span_cuda_vmm_unmap_units(const span_chunk_geom_t *geom,
 
     for (i = 0; i < count; ++i) {
         span_chunk_range(geom, i, &start, &length);
-        span_cuda_vmm_fn.cuMemUnmap(va + (start - geom->base), length);
+        span_libcuda.cuMemUnmap(va + (start - geom->base), length);
     }
 }
 
@@ -287,7 +229,7 @@ static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
     }
     close(pidfd);
     if ((status == UCS_OK) &&
-        (span_cuda_vmm_fn.cuMemSetAccess(va, geom->length, &access, 1) !=
+        (span_libcuda.cuMemSetAccess(va, geom->length, &access, 1) !=
          CUDA_SUCCESS)) {
         status = UCS_ERR_NO_MEMORY;
         i      = geom->num_chunks + 1;
@@ -314,11 +256,11 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
         return UCS_ERR_UNREACHABLE;
     }
     status = UCS_ERR_NO_MEMORY;
-    if (span_cuda_vmm_fn.cuMemAddressReserve(&va, geom->length, 0, 0, 0) ==
+    if (span_libcuda.cuMemAddressReserve(&va, geom->length, 0, 0, 0) ==
         CUDA_SUCCESS) {
         status = span_cuda_vmm_map_units(keys, K, geom, va, map->device);
         if (status != UCS_OK) {
-            span_cuda_vmm_fn.cuMemAddressFree(va, geom->length);
+            span_libcuda.cuMemAddressFree(va, geom->length);
         }
     }
     span_cuda_vmm_ctx_leave(map->device, pushed);
@@ -333,8 +275,8 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
 
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
 {
-    span_cuda_vmm_fn.cuMemUnmap(map->base, map->length);
-    span_cuda_vmm_fn.cuMemAddressFree(map->base, map->length);
+    span_libcuda.cuMemUnmap(map->base, map->length);
+    span_libcuda.cuMemAddressFree(map->base, map->length);
 }
 
 ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
@@ -347,9 +289,9 @@ ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
     if (status != UCS_OK) {
         return status;
     }
-    if ((span_cuda_vmm_fn.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src,
-                                        length, 0) != CUDA_SUCCESS) ||
-        (span_cuda_vmm_fn.cuStreamSynchronize(0) != CUDA_SUCCESS)) {
+    if ((span_libcuda.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src,
+                                    length, 0) != CUDA_SUCCESS) ||
+        (span_libcuda.cuStreamSynchronize(0) != CUDA_SUCCESS)) {
         ucs_error("span cuda vmm: copy of %zu bytes %p -> %p failed", length,
                   src, dst);
         status = UCS_ERR_IO_ERROR;

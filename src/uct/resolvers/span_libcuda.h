@@ -1,0 +1,62 @@
+/*
+ * The CUDA driver, loaded once at run time for the resolver (span_cuda.c)
+ * and the VMM export (span_cuda_vmm.c): span links no CUDA library, so that
+ * it loads on hosts without one.
+ */
+#ifndef SPAN_LIBCUDA_H_
+#define SPAN_LIBCUDA_H_
+
+#include <cuda.h>
+
+/* Who needs a driver call: a call missing from libcuda turns off only them */
+#define SPAN_LIBCUDA_RESOLVER 1u
+#define SPAN_LIBCUDA_VMM      2u
+
+/* Member (cuda.h maps some API names to versioned ones with macros, which
+ * the member names follow), the symbol of that version, its users */
+#define SPAN_LIBCUDA_CALLS(_call) \
+    _call(cuMemGetAddressRange, "cuMemGetAddressRange_v2", \
+          SPAN_LIBCUDA_RESOLVER) \
+    _call(cuPointerGetAttribute, "cuPointerGetAttribute", \
+          SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM) \
+    _call(cuDeviceGet, "cuDeviceGet", \
+          SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM) \
+    _call(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", \
+          SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM) \
+    _call(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", \
+          SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM) \
+    _call(cuCtxPushCurrent, "cuCtxPushCurrent_v2", \
+          SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM) \
+    _call(cuCtxPopCurrent, "cuCtxPopCurrent_v2", \
+          SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM) \
+    _call(cuCtxGetCurrent, "cuCtxGetCurrent", SPAN_LIBCUDA_VMM) \
+    _call(cuCtxGetDevice, "cuCtxGetDevice", SPAN_LIBCUDA_VMM) \
+    _call(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", \
+          SPAN_LIBCUDA_VMM) \
+    _call(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", \
+          SPAN_LIBCUDA_VMM) \
+    _call(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", \
+          SPAN_LIBCUDA_VMM) \
+    _call(cuMemRelease, "cuMemRelease", SPAN_LIBCUDA_VMM) \
+    _call(cuMemAddressReserve, "cuMemAddressReserve", SPAN_LIBCUDA_VMM) \
+    _call(cuMemAddressFree, "cuMemAddressFree", SPAN_LIBCUDA_VMM) \
+    _call(cuMemMap, "cuMemMap", SPAN_LIBCUDA_VMM) \
+    _call(cuMemUnmap, "cuMemUnmap", SPAN_LIBCUDA_VMM) \
+    _call(cuMemSetAccess, "cuMemSetAccess", SPAN_LIBCUDA_VMM) \
+    _call(cuMemcpyAsync, "cuMemcpyAsync", SPAN_LIBCUDA_VMM) \
+    _call(cuStreamSynchronize, "cuStreamSynchronize", SPAN_LIBCUDA_VMM)
+
+#define SPAN_LIBCUDA_MEMBER(_name, _symbol, _users) typeof(_name) *_name;
+
+typedef struct span_libcuda {
+    SPAN_LIBCUDA_CALLS(SPAN_LIBCUDA_MEMBER)
+} span_libcuda_t;
+
+/* The driver's calls; valid where span_libcuda_load() said so */
+extern span_libcuda_t span_libcuda;
+
+/* Loads libcuda.so.1 on the first call; whether it has every call of users
+ * (SPAN_LIBCUDA_*) */
+int span_libcuda_load(unsigned users);
+
+#endif

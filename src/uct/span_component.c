@@ -1,0 +1,273 @@
+/*
+ * The span component: discovers the transports of the other components and
+ * offers a twin of each MD that has a transport with a twin; its rkey ops
+ * are the unpacked rkey's (span_rkey_unpack.c).
+ */
+#include "span_component.h"
+#include "span_tl.h"
+#include "span_loader.h"
+#include "span_md.h"
+#include "span_rkey.h"
+
+#include <ucs/sys/string.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct span_global_config {
+    ucs_config_allow_list_t transports;
+} span_global_config_t;
+
+static ucs_config_field_t span_global_config_table[] = {
+    {"TRANSPORTS", "all",
+     "Transports that get a twin named <transport>+, selected with UCX_TLS.\n"
+     "'all', a comma-separated list of inner transport names (e.g. cma,self),\n"
+     "or '^' followed by a list of those that get none. A transport whose\n"
+     "name has 9 characters never gets one (UCX caps names at 9).",
+     ucs_offsetof(span_global_config_t, transports),
+     UCS_CONFIG_TYPE_ALLOW_LIST},
+
+    {NULL}
+};
+
+static ucs_config_global_list_entry_t span_global_config_entry = {
+    .name   = "Span transports",
+    .prefix = "SPAN_",
+    .table  = span_global_config_table,
+    .size   = sizeof(span_global_config_t),
+};
+
+static pthread_once_t span_twins_once = PTHREAD_ONCE_INIT;
+
+static int span_transport_allowed(const ucs_config_allow_list_t *allow,
+                                  const char *name)
+{
+    int found;
+
+    if (allow->mode == UCS_CONFIG_ALLOW_LIST_ALLOW_ALL) {
+        return 1;
+    }
+
+    found = ucs_config_names_search(&allow->array, name) >= 0;
+    return (allow->mode == UCS_CONFIG_ALLOW_LIST_ALLOW) == found;
+}
+
+/* Runs once, after UCX loaded every module: the inner components are known */
+static void span_twins_init(void)
+{
+    span_global_config_t config;
+    uct_component_t *component;
+    uct_tl_t *tl;
+
+    if (ucs_config_parser_fill_opts(&config, &span_global_config_entry,
+                                    UCS_DEFAULT_ENV_PREFIX, 0) != UCS_OK) {
+        ucs_error("span: cannot read UCX_SPAN_TRANSPORTS; no twins are offered");
+        return;
+    }
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if (component == &span_component) {
+            continue;
+        }
+
+        ucs_list_for_each(tl, &component->tl_list, list) {
+            if (span_transport_allowed(&config.transports, tl->name)) {
+                (void)span_tl_add(component, tl);
+            }
+        }
+    }
+
+    ucs_config_parser_release_opts(&config, span_global_config_table);
+}
+
+static int span_component_has_twins(const uct_component_t *inner)
+{
+    const uct_tl_t *tl;
+
+    ucs_list_for_each(tl, &span_component.tl_list, list) {
+        if (span_tl_inner_component(tl) == inner) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static ucs_status_t span_md_resources_append(uct_component_t *inner,
+                                             uct_md_resource_desc_t **res_p,
+                                             unsigned *count_p)
+{
+    uct_md_resource_desc_t *inner_res, *res;
+    unsigned i, inner_count;
+    ucs_status_t status;
+
+    status = inner->query_md_resources(inner, &inner_res, &inner_count);
+    if (status != UCS_OK) {
+        ucs_debug("span: component %s has no MD resources: %s", inner->name,
+                  ucs_status_string(status));
+        return UCS_OK;
+    }
+
+    res = ucs_realloc(*res_p, sizeof(*res) * (*count_p + inner_count),
+                      "span_md_resources");
+    if (res == NULL) {
+        status = UCS_ERR_NO_MEMORY;
+        goto out;
+    }
+
+    *res_p = res;
+    for (i = 0; i < inner_count; ++i) {
+        if (strlen(inner_res[i].md_name) + strlen(SPAN_TWIN_SUFFIX) >=
+            UCT_MD_NAME_MAX) {
+            ucs_debug("span: MD '%s' gets no twin: its name is too long",
+                      inner_res[i].md_name);
+            continue;
+        }
+
+        ucs_snprintf_zero(res[*count_p].md_name, UCT_MD_NAME_MAX, "%s%s",
+                          inner_res[i].md_name, SPAN_TWIN_SUFFIX);
+        ++(*count_p);
+    }
+
+out:
+    ucs_free(inner_res);
+    return status;
+}
+
+static ucs_status_t
+span_query_md_resources(uct_component_t *component,
+                        uct_md_resource_desc_t **resources_p,
+                        unsigned *num_resources_p)
+{
+    uct_md_resource_desc_t *resources = NULL;
+    unsigned count                    = 0;
+    uct_component_t *inner;
+    ucs_status_t status;
+
+    pthread_once(&span_twins_once, span_twins_init);
+
+    ucs_list_for_each(inner, &uct_components_list, list) {
+        if ((inner == &span_component) || !span_component_has_twins(inner)) {
+            continue;
+        }
+
+        status = span_md_resources_append(inner, &resources, &count);
+        if (status != UCS_OK) {
+            ucs_free(resources);
+            return status;
+        }
+    }
+
+    *resources_p     = resources;
+    *num_resources_p = count;
+    return UCS_OK;
+}
+
+static ucs_status_t span_component_md_open(uct_component_t *component,
+                                           const char *md_name,
+                                           const uct_md_config_t *config,
+                                           uct_md_h *md_p)
+{
+    pthread_once(&span_twins_once, span_twins_init);
+    return span_md_open(component, md_name, config, md_p);
+}
+
+uct_component_t *span_component_find_inner(uint32_t component_id)
+{
+    uct_component_t *component;
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if ((component != &span_component) &&
+            (span_rkey_component_id(component->name) == component_id)) {
+            return component;
+        }
+    }
+    return NULL;
+}
+
+static ucs_status_t span_cm_open(uct_component_t *component,
+                                 uct_worker_h worker,
+                                 const uct_cm_config_t *config, uct_cm_h *cm_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static void span_md_vfs_init(uct_md_h md)
+{
+}
+
+uct_component_t span_component = {
+    .name               = "span",
+    .query_md_resources = span_query_md_resources,
+    .md_open            = span_component_md_open,
+    .cm_open            = span_cm_open,
+    .rkey_unpack        = span_rkey_unpack,
+    .rkey_ptr           = span_rkey_ptr,
+    .rkey_release       = span_rkey_release,
+    .rkey_compare       = span_rkey_compare,
+    .md_config          = {
+        .name   = "Span memory domain",
+        .prefix = "SPAN_",
+        .table  = span_md_config_table,
+        .size   = sizeof(span_md_config_t),
+    },
+    .cm_config          = {
+        .name   = "",
+        .prefix = "",
+        .table  = NULL,
+        .size   = 0,
+    },
+    .tl_list            = UCS_LIST_INITIALIZER(&span_component.tl_list,
+                                               &span_component.tl_list),
+    .flags              = 0,
+    .md_vfs_init        = span_md_vfs_init
+};
+
+static int span_component_registered;
+
+/* Every component already registered must read as one before span walks
+ * them all: a layout span got wrong is found here, not in a crash later */
+static ucs_status_t span_components_check(void)
+{
+    uct_component_t *component;
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if (!span_ucx_component_check(component)) {
+            ucs_warn("span: component %p of UCX %u.%u is not laid out as "
+                     "span reads it; libuct_span does not register",
+                     component, span_ucx->major, span_ucx->minor);
+            return UCS_ERR_UNSUPPORTED;
+        }
+    }
+    return UCS_OK;
+}
+
+/*
+ * The structures declared in ucx/span_ucx.h change between UCX minor
+ * releases: in a release span has no layout for, or one whose layout does
+ * not check out, the component stays unregistered rather than read them
+ * wrong. The loader (span_loader.c) calls this once UCX's symbols resolve.
+ */
+ucs_status_t __attribute__((visibility("protected")))
+span_impl_global_init(void)
+{
+    if ((span_ucx_select() != UCS_OK) || (span_components_check() != UCS_OK)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    uct_component_register(&span_component);
+    ucs_list_add_tail(&ucs_config_global_list, &span_global_config_entry.list);
+    span_component_registered = 1;
+    return UCS_OK;
+}
+
+static void UCS_F_DTOR span_component_cleanup(void)
+{
+    if (!span_component_registered) {
+        return;
+    }
+
+    span_tl_remove_all();
+    ucs_list_del(&span_global_config_entry.list);
+    uct_component_unregister(&span_component);
+    ucs_list_del(&span_component.list);
+}

@@ -28,20 +28,13 @@ mkdir -p "$out/py"
     # libnixl finds its plugins in .nixl_cu13.mesonpy.libs/plugins, libucs
     # its modules in ucx/ beside itself; the rest by RPATH, in either
     # library directory
-    todo=$(ls nixl_cu13/_bindings.*.so .nixl_cu13.mesonpy.libs/plugins/libplugin_UCX.so \
-              nixl_cu13.libs/ucx/libuct_cuda.so* nixl_cu13.libs/ucx/libucm_cuda.so* \
-              nixl_cu13.libs/ucx/libuct_cma.so*)
-    seen=" "
-    while [ -n "$todo" ]; do
-        set -- $todo; f=$1; shift; todo="$*"
-        case "$seen" in *" $f "*) continue ;; esac
-        seen="$seen$f "
-        for n in $(readelf -d "$f" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
-            for d in .nixl_cu13.mesonpy.libs nixl_cu13.libs; do
-                if [ -e "$d/$n" ]; then todo="$todo $d/$n"; fi
-            done
-        done
-    done
+    seen=$("$top/contrib/needed_closure.sh" \
+               ".nixl_cu13.mesonpy.libs nixl_cu13.libs" \
+               nixl_cu13/_bindings.*.so \
+               .nixl_cu13.mesonpy.libs/plugins/libplugin_UCX.so \
+               nixl_cu13.libs/ucx/libuct_cuda.so* \
+               nixl_cu13.libs/ucx/libucm_cuda.so* \
+               nixl_cu13.libs/ucx/libuct_cma.so*)
     for f in $seen nixl_cu13/*.py nixl_cu13/_utils.*.so; do
         mkdir -p "$out/py/$(dirname "$f")"
         cp -p "$f" "$out/py/$f"

@@ -67,18 +67,9 @@ if [ ! -f "$stamp" ]; then
     libs="$deps/nixl-wheel/x/nixl_cu13.libs"
     (
         cd "$libs"
-        todo=$(ls libucp-*.so* libuct-*.so* libucs-*.so* libucm-*.so* \
-                  ucx/*.so*)
-        seen=" "
-        while [ -n "$todo" ]; do
-            set -- $todo; f=$1; shift; todo="$*"
-            case "$seen" in *" $f "*) continue ;; esac
-            seen="$seen$f "
-            for n in $(readelf -d "$f" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
-                if [ -e "$n" ]; then todo="$todo $n"; fi
-            done
-        done
-        for f in $seen; do
+        for f in $("$top/contrib/needed_closure.sh" . \
+                       libucp-*.so* libuct-*.so* libucs-*.so* libucm-*.so* \
+                       ucx/*.so*); do
             mkdir -p "$nixl_prefix/lib/$(dirname "$f")"
             cp -p "$f" "$nixl_prefix/lib/$f"
         done

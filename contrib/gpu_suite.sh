@@ -11,13 +11,15 @@
 #  7. a PyTorch expandable_segments tensor through the resolver;
 #  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native);
 #  9. the GPU tests and span-check again in NIXL's UCX 1.23, same plugin.
+#  P. put/get sweep 4-256 MiB: VMM of 2 and 20 MiB handles (twin) vs
+#     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
 #     contrib/nixl_bundle.sh's copy of NIXL.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789N)
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789PN)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-123456789N}
+parts=${2:-123456789PN}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -167,6 +169,37 @@ echo '| what | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|'
 "$gpu/bin/span_bench_gpu" reg 10000 "$runs"
 }
+part P && {
+echo
+echo "## P. Put/get GB/s, the first SIZE of VMM memory of 2 MiB or 20 MiB handles"
+echo "## (cuda_ipc+) vs SIZE of cudaMalloc (cuda_ipc), get zcopy on, median of $runs"
+echo '| size MiB | op | cudaMalloc native | VMM 2M twin | ratio | VMM 20M twin | ratio |'
+echo '|---|---|---|---|---|---|---|'
+export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y
+bw_medians() { # bench arguments...: "put get", medians of $runs
+    local out=() r
+    for ((r = 0; r < runs; r++)); do
+        out+=("$("$gpu/bin/span_bench_gpu" bw "$@" 2>/dev/null | grep '^BW')")
+    done
+    echo "$(printf '%s\n' "${out[@]}" | awk '{print $7}' | median)" \
+         "$(printf '%s\n' "${out[@]}" | awk '{print $9}' | median)"
+}
+for mib in 4 8 16 32 64 128 256; do
+    iters=$((mib >= 64 ? 10 : 640 / mib))
+    h2=$((mib / 2)) h20=$(((mib + 19) / 20))
+    n=($(bw_medians 1 0 "$mib" "$iters" $native))
+    t2=($(bw_medians 3 "$h2" "$mib" "$iters" $twin))
+    t20=($(bw_medians 3 "$h20" "$mib" "$iters" $twin $((h20 * 20))))
+    for i in 0 1; do
+        awk -v m="$mib" -v o="$([ $i = 0 ] && echo put || echo get)" \
+            -v n="${n[$i]}" -v a="${t2[$i]}" -v b="${t20[$i]}" \
+            'BEGIN {printf "| %d | %s | %.1f | %.1f | %.3f | %.1f | %.3f |\n",
+                    m, o, n, a, (n > 0) ? a / n : 0, b, (n > 0) ? b / n : 0}'
+    done
+done
+unset UCX_CUDA_IPC_ENABLE_GET_ZCOPY
+}
+
 part 9 && [ -x "$gpu/nixl/bin/span_gpu_test" ] && {
 echo
 echo "## 9. NIXL's UCX 1.23: the GPU tests and span-check, the same plugin"

@@ -6,9 +6,11 @@
  *                        cudaMalloc allocation (mem_reg + mkey_pack, then
  *                        dereg) through cuda_ipc and cuda_ipc+, median ms,
  *                        and the driver calls alone that the twin makes
- *   bw KIND HANDLES MIB ITERS TLS
+ *   bw KIND HANDLES MIB ITERS TLS [ALLOC_MIB]
  *                        put and get bandwidth between two processes over
- *                        UCP into device memory of a kind (span_gpu.h)
+ *                        UCP into device memory of a kind (span_gpu.h):
+ *                        the first MIB of an allocation of ALLOC_MIB
+ *                        (default MIB), registered whole
  * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu_suite.sh runs it.
  */
 #include "tools/span_gpu.h"
@@ -175,9 +177,9 @@ static double span_bench_bw_run(span_pair_t *pair, span_pair_region_t *region,
 }
 
 static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,
-                         int iters, const char *tls)
+                         size_t alloc_mib, int iters, const char *tls)
 {
-    size_t len = mib << 20;
+    size_t len = mib << 20, alloc_len = ucs_max(alloc_mib, mib) << 20;
     span_pair_region_t region;
     span_gpu_buf_t local;
     span_pair_t pair = {0};
@@ -191,8 +193,8 @@ static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,
     pair.local_cuda = 1;
     if (!span_gpu_init(reason, sizeof(reason)) ||
         (span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local) != UCS_OK) ||
-        (span_pair_map_kind(&pair, kind, handles, len, 0, len, 1, &region) !=
-         UCS_OK)) {
+        (span_pair_map_kind(&pair, kind, handles, alloc_len, 0, alloc_len, 1,
+                            &region) != UCS_OK)) {
         fprintf(stderr, "setup failed: %s\n", reason);
         span_pair_stop(&pair);
         return 1;
@@ -227,13 +229,11 @@ int main(int argc, char **argv)
                                                       SPAN_BENCH_MAX_RUNS));
     }
     if ((argc >= 7) && !strcmp(argv[1], "bw")) {
-        /* as the GPU suite: UCM's memtype cache does not see allocations
-         * made through driver calls looked up by dlsym */
-        setenv("UCX_MEMTYPE_CACHE", "n", 0);
         return span_bench_bw(atoi(argv[2]), atoi(argv[3]), atol(argv[4]),
-                             atoi(argv[5]), argv[6]);
+                             (argc >= 8) ? atol(argv[7]) : 0, atoi(argv[5]),
+                             argv[6]);
     }
     fprintf(stderr, "usage: %s units HANDLES | reg COUNT RUNS | "
-            "bw KIND HANDLES MIB ITERS TLS\n", argv[0]);
+            "bw KIND HANDLES MIB ITERS TLS [ALLOC_MIB]\n", argv[0]);
     return 2;
 }

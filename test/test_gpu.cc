@@ -389,9 +389,6 @@ static int run_each_test_alone(const char *self)
 
 int main(int argc, char **argv)
 {
-    /* the test allocates through driver calls it looked up itself, which
-     * UCM's hooks do not see: UCP must ask the driver for memory types */
-    setenv("UCX_MEMTYPE_CACHE", "n", 0);
     ::testing::InitGoogleTest(&argc, argv);
     /* asked in a child: this process must fork before it touches CUDA */
     gpu_present = span_gpu_probe(gpu_reason, sizeof(gpu_reason));

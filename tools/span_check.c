@@ -600,9 +600,6 @@ int main(int argc, char **argv)
                                      span_check_scenarios, num_cpu);
     }
     if (opts.gpu) {
-        /* UCM's memtype cache misses allocations made through driver
-         * calls looked up by dlsym, as span_gpu makes them */
-        setenv("UCX_MEMTYPE_CACHE", "n", 0);
         failed |= span_check_run_tls(&opts, opts.gpu_tls.native, 0,
                                      span_check_gpu_scenarios, num_gpu);
         failed |= span_check_run_tls(&opts, opts.gpu_tls.twin, 1,

@@ -12,6 +12,7 @@
 #include "span_iface.h"
 #include "span_md.h"
 #include "span_split.h"
+#include "resolvers/span_cuda_copy.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ typedef struct span_iface {
     size_t             put_max_iov;
     size_t             get_max_iov;
     span_split_queue_t queue;
+    span_cuda_copy_t   *copy;     /* VMM copies: made on the first one */
 } span_iface_t;
 
 /*
@@ -406,29 +408,27 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
     return ucs_unlikely(ctx.status != UCS_OK) ? ctx.status : ret;
 }
 
-/* Units span exported itself are mapped contiguously here: a synchronous
- * device copy per element, complete on return. An entry of count 0 moves
- * nothing, as in UCX's transports: the remote range was checked for
- * length x count bytes */
-static ucs_status_t span_ep_vmm_zcopy(int is_put, const uct_iov_t *iov,
-                                      size_t iovcnt, uint64_t remote_addr,
-                                      const span_rkey_t *rkey)
+/* Units span exported itself are mapped contiguously here: device copies,
+ * completed from the iface's progress. An entry of count 0 moves nothing,
+ * as in UCX's transports: the remote range was checked for length x count
+ * bytes */
+static UCS_F_NOINLINE ucs_status_t
+span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
+                  size_t iovcnt, uint64_t remote_addr, const span_rkey_t *rkey,
+                  uct_completion_t *comp)
 {
     uint8_t *remote = (uint8_t*)(uintptr_t)(rkey->vmm->base +
                                              (remote_addr - rkey->geom.base));
-    ucs_status_t status = UCS_OK;
-    size_t i, j;
+    ucs_status_t status;
 
-    for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
-        for (j = 0; (j < iov[i].count) && (status == UCS_OK); ++j) {
-            uint8_t *local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
-            status = span_cuda_vmm_copy(rkey->vmm, is_put ? remote : local,
-                                        is_put ? local : remote,
-                                        iov[i].length);
-            remote += iov[i].length;
+    if (siface->copy == NULL) {
+        status = span_cuda_copy_create(&siface->copy);
+        if (status != UCS_OK) {
+            return status;
         }
     }
-    return status;
+    return span_cuda_copy_post(siface->copy, rkey->vmm, is_put, iov, iovcnt,
+                               remote, comp);
 }
 
 /* put or get zcopy: one inner op where the remote range lies in one chunk
@@ -453,8 +453,8 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
         return UCS_ERR_INVALID_ADDR;
     }
     if (ucs_unlikely(span_rkey(rkey)->vmm != NULL)) {
-        return span_ep_vmm_zcopy(is_put, iov, iovcnt, remote_addr,
-                                 span_rkey(rkey));
+        return span_ep_vmm_zcopy(siface, is_put, iov, iovcnt, remote_addr,
+                                 span_rkey(rkey), comp);
     }
     if (ucs_likely(length != SIZE_MAX)) {
         inner = span_rkey_inner(span_rkey(rkey), remote_addr, &avail);
@@ -550,6 +550,35 @@ static int span_iface_deferred(span_iface_t *siface, uct_ep_h ep)
     return span_split_queue_busy(&siface->queue, ep);
 }
 
+/* A flush of an ep whose iface has VMM copies queued: complete behind both
+ * the inner transport's ops and the copies */
+static UCS_F_NOINLINE ucs_status_t
+span_ep_flush_copies(span_iface_t *siface, uct_ep_h ep, unsigned flags,
+                     uct_completion_t *comp)
+{
+    ucs_status_t status;
+
+    if (comp == NULL) {
+        status = siface->ops.ep_flush(ep, flags, NULL);
+        return UCS_STATUS_IS_ERR(status) ? status : UCS_INPROGRESS;
+    }
+    ++comp->count; /* a share each: the inner flush's and the copies' */
+    status = siface->ops.ep_flush(ep, flags, comp);
+    if (status != UCS_INPROGRESS) {
+        --comp->count;
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    if (span_cuda_copy_flush(siface->copy, comp) == UCS_INPROGRESS) {
+        return UCS_INPROGRESS;
+    }
+    if (status == UCS_INPROGRESS) {
+        --comp->count; /* the copies are done: the inner flush completes */
+    }
+    return status;
+}
+
 static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
                                   uct_completion_t *comp)
 {
@@ -560,6 +589,10 @@ static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
     } else if (span_iface_deferred(siface, ep)) {
         return UCS_ERR_NO_RESOURCE;
     }
+    if (ucs_unlikely((siface->copy != NULL) &&
+                     span_cuda_copy_busy(siface->copy))) {
+        return span_ep_flush_copies(siface, ep, flags, comp);
+    }
     return siface->ops.ep_flush(ep, flags, comp);
 }
 
@@ -567,11 +600,28 @@ static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
                                      uct_completion_t *comp)
 {
     span_iface_t *siface = span_iface_get(iface);
+    ucs_status_t status;
 
     if (span_iface_deferred(siface, NULL)) {
         return UCS_ERR_NO_RESOURCE;
     }
-    return siface->ops.iface_flush(iface, flags, comp);
+    status = siface->ops.iface_flush(iface, flags, comp);
+    if ((status == UCS_OK) && (siface->copy != NULL)) {
+        return span_cuda_copy_flush(siface->copy, comp);
+    }
+    return status;
+}
+
+/* cuda twins only: VMM copies complete here */
+static unsigned span_iface_progress(uct_iface_h iface)
+{
+    span_iface_t *siface = span_iface_get(iface);
+    unsigned count       = siface->ops.iface_progress(iface);
+
+    if (siface->copy != NULL) {
+        count += span_cuda_copy_progress(siface->copy);
+    }
+    return count;
 }
 
 static ucs_status_t span_ep_fence(uct_ep_h ep, unsigned flags)
@@ -702,6 +752,9 @@ static void span_iface_close(uct_iface_h iface)
     uct_iface_close_func_t inner_close = siface->ops.iface_close;
 
     span_split_queue_cancel(&siface->queue, NULL);
+    if (siface->copy != NULL) {
+        span_cuda_copy_destroy(siface->copy);
+    }
     ((span_ucx_base_iface_t*)iface)->internal_ops = siface->inner_internal_ops;
     free(siface);
     inner_close(iface);
@@ -762,6 +815,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->max_op      = (smd->chunk_size != 0) ? smd->overlap : 0;
     siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
+    siface->copy        = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_insert(iface, siface);
     if (status != UCS_OK) {
@@ -770,6 +824,9 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     }
 
     span_iface_patch(&iface->ops);
+    if (smd->cuda != NULL) {
+        SPAN_IFACE_PATCH(&iface->ops, iface_progress, span_iface_progress)
+    }
     span_iface_patch_internal(siface, iface);
     return UCS_OK;
 }

@@ -2,6 +2,7 @@
  * Op splitter.
  */
 #include "span_split.h"
+#include "span_completion.h"
 #include "span_md.h"
 
 #include <stdlib.h>
@@ -24,14 +25,6 @@ typedef struct span_split {
     int                     test_fired;
     uct_iov_t               iov[SPAN_IOV_MAX]; /* the caller's */
 } span_split_t;
-
-static void span_completion_invoke(uct_completion_t *comp, ucs_status_t status)
-{
-    uct_completion_update_status(comp, status);
-    if (--comp->count == 0) {
-        comp->func(comp);
-    }
-}
 
 /* The last inner op of an op that returned UCS_INPROGRESS completed */
 static void span_split_done(uct_completion_t *self)

@@ -264,6 +264,7 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
         }
     }
     span_cuda_vmm_ctx_leave(map->device, pushed);
+    map->devices  = 1ull << map->device;
     map->base     = va;
     map->length   = geom->length;
     map->keys_sum = span_rkey_hash(keys, (size_t)geom->num_chunks * K);
@@ -279,26 +280,6 @@ void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
     span_libcuda.cuMemAddressFree(map->base, map->length);
 }
 
-ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
-                                const void *src, size_t length)
-{
-    int device = map->device, pushed;
-    ucs_status_t status;
-
-    status = span_cuda_vmm_ctx_enter(&device, &pushed);
-    if (status != UCS_OK) {
-        return status;
-    }
-    if ((span_libcuda.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src,
-                                    length, 0) != CUDA_SUCCESS) ||
-        (span_libcuda.cuStreamSynchronize(0) != CUDA_SUCCESS)) {
-        ucs_error("span cuda vmm: copy of %zu bytes %p -> %p failed", length,
-                  src, dst);
-        status = UCS_ERR_IO_ERROR;
-    }
-    span_cuda_vmm_ctx_leave(device, pushed);
-    return status;
-}
 #else
 int span_cuda_vmm_exportable(uint64_t base)
 {
@@ -326,11 +307,5 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
 
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
 {
-}
-
-ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
-                                const void *src, size_t length)
-{
-    return UCS_ERR_UNSUPPORTED;
 }
 #endif

@@ -8,8 +8,9 @@
  * exports the handle itself (one POSIX fd per unit, kept open by the
  * exporter until deregistration), the importer takes the fds with
  * pidfd_getfd, maps the units back to back into one range, and the twin's
- * zcopy ops copy through that mapping with the driver. pidfd_getfd needs
- * ptrace attach rights over the exporter, as cuda_ipc's own path does.
+ * zcopy ops copy through that mapping with the driver (span_cuda_copy.h).
+ * pidfd_getfd needs ptrace attach rights over the exporter, as cuda_ipc's
+ * own path does.
  *
  * A unit's key, in the room of an inner key (all little-endian):
  *   +0  4  magic   SPAN_CUDA_VMM_MAGIC
@@ -45,7 +46,8 @@ void span_cuda_vmm_unexport(int fd);
 typedef struct span_cuda_vmm_map {
     uint64_t base;     /* local address of the extent's first byte */
     uint64_t length;
-    int      device;   /* the device given access, whose context copies */
+    int      device;   /* the device given access at import */
+    uint64_t devices;  /* bit per device given access since */
     uint32_t pid;      /* the exporter, */
     uint64_t pid_ns;
     uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
@@ -61,9 +63,5 @@ void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);
  * mapped here): 0 where both map the same units */
 int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
                           const span_cuda_vmm_map_t *b);
-
-/* Synchronous copy between a local buffer and the mapping */
-ucs_status_t span_cuda_vmm_copy(const span_cuda_vmm_map_t *map, void *dst,
-                                const void *src, size_t length);
 
 #endif

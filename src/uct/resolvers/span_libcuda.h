@@ -1,6 +1,6 @@
 /*
  * The CUDA driver, loaded once at run time for the resolver (span_cuda.c)
- * and the VMM export (span_cuda_vmm.c): span links no CUDA library, so that
+ * and the VMM export and copies (span_cuda_vmm.c, span_cuda_copy.c): span links no CUDA library, so that
  * it loads on hosts without one.
  */
 #ifndef SPAN_LIBCUDA_H_
@@ -44,7 +44,14 @@
     _call(cuMemUnmap, "cuMemUnmap", SPAN_LIBCUDA_VMM) \
     _call(cuMemSetAccess, "cuMemSetAccess", SPAN_LIBCUDA_VMM) \
     _call(cuMemcpyAsync, "cuMemcpyAsync", SPAN_LIBCUDA_VMM) \
-    _call(cuStreamSynchronize, "cuStreamSynchronize", SPAN_LIBCUDA_VMM)
+    _call(cuStreamSynchronize, "cuStreamSynchronize", SPAN_LIBCUDA_VMM) \
+    _call(cuStreamCreate, "cuStreamCreate", SPAN_LIBCUDA_VMM) \
+    _call(cuStreamDestroy, "cuStreamDestroy_v2", SPAN_LIBCUDA_VMM) \
+    _call(cuEventCreate, "cuEventCreate", SPAN_LIBCUDA_VMM) \
+    _call(cuEventDestroy, "cuEventDestroy_v2", SPAN_LIBCUDA_VMM) \
+    _call(cuEventRecord, "cuEventRecord", SPAN_LIBCUDA_VMM) \
+    _call(cuEventQuery, "cuEventQuery", SPAN_LIBCUDA_VMM) \
+    _call(cuEventSynchronize, "cuEventSynchronize", SPAN_LIBCUDA_VMM)
 
 #define SPAN_LIBCUDA_MEMBER(_name, _symbol, _users) typeof(_name) *_name;
 

@@ -1,0 +1,438 @@
+/*
+ * The VMM copy engine over a scripted driver: ops return UCS_INPROGRESS
+ * and complete from progress only after the device ran their copies, once;
+ * a flush completes behind the last copy; the engine copies in the context
+ * of the local buffer's device and leaves no stream, event or context
+ * behind.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+#include "test_log.h"
+
+#include <gtest/gtest.h>
+
+#if HAVE_CUDA
+extern "C" {
+#include "resolvers/span_cuda_copy.h"
+#include "resolvers/span_libcuda.h"
+}
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <vector>
+
+namespace {
+
+struct fake_event {
+    bool pending = false;
+};
+
+struct fake_op { /* a copy or an event record, in stream order */
+    CUstream    stream;
+    void        *dst;
+    const void  *src;
+    size_t      length;
+    fake_event  *event; /* non-NULL: a record */
+};
+
+/* The scripted driver: a stream runs only when the test says so */
+struct fake_driver {
+    std::deque<fake_op>          ops;
+    std::map<uintptr_t, int>     device_of; /* local buffers on a device */
+    int                          streams = 0, events = 0, retained = 0;
+    int                          pushes = 0, set_access = 0;
+    int                          fail_copy_at = -1, copies = 0;
+    CUcontext                    current = NULL;
+    std::vector<CUcontext>       stack;
+    std::vector<int>             access_devices;
+    std::vector<int>             copy_devices; /* the context of each copy */
+} drv;
+
+CUcontext fake_ctx(int device)
+{
+    return (CUcontext)(uintptr_t)(0x1000 + device);
+}
+
+CUresult fake_pointer_attr(void *data, CUpointer_attribute attr,
+                           CUdeviceptr ptr)
+{
+    auto it = drv.device_of.find((uintptr_t)ptr);
+    if ((attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) ||
+        (it == drv.device_of.end())) {
+        return CUDA_ERROR_INVALID_VALUE; /* host memory */
+    }
+    *(int*)data = it->second;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_device_get(CUdevice *dev, int ordinal)
+{
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_retain(CUcontext *ctx, CUdevice dev)
+{
+    *ctx = fake_ctx(dev);
+    ++drv.retained;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_release(CUdevice dev)
+{
+    --drv.retained;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_push(CUcontext ctx)
+{
+    drv.stack.push_back(drv.current);
+    drv.current = ctx;
+    ++drv.pushes;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_pop(CUcontext *ctx)
+{
+    *ctx        = drv.current;
+    drv.current = drv.stack.back();
+    drv.stack.pop_back();
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_get_current(CUcontext *ctx)
+{
+    *ctx = drv.current;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_stream_create(CUstream *stream, unsigned flags)
+{
+    EXPECT_EQ((unsigned)CU_STREAM_NON_BLOCKING, flags);
+    /* a stream belongs to the context current at its creation */
+    *stream = (CUstream)drv.current;
+    ++drv.streams;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_stream_destroy(CUstream stream)
+{
+    --drv.streams;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_event_create(CUevent *event, unsigned flags)
+{
+    *event = (CUevent)new fake_event;
+    ++drv.events;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_event_destroy(CUevent event)
+{
+    delete (fake_event*)event;
+    --drv.events;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t length,
+                     CUstream stream)
+{
+    if (drv.copies++ == drv.fail_copy_at) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    EXPECT_EQ((CUstream)drv.current, stream);
+    drv.copy_devices.push_back((int)((uintptr_t)stream - 0x1000));
+    drv.ops.push_back({stream, (void*)dst, (const void*)src, length, NULL});
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_event_record(CUevent event, CUstream stream)
+{
+    ((fake_event*)event)->pending = true;
+    drv.ops.push_back({stream, NULL, NULL, 0, (fake_event*)event});
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_event_query(CUevent event)
+{
+    return ((fake_event*)event)->pending ? CUDA_ERROR_NOT_READY :
+                                           CUDA_SUCCESS;
+}
+
+/* The device runs n ops (all where n < 0) */
+void fake_run(int n = -1)
+{
+    for (; !drv.ops.empty() && (n != 0); --n) {
+        fake_op op = drv.ops.front();
+        drv.ops.pop_front();
+        if (op.event != NULL) {
+            op.event->pending = false;
+        } else {
+            memcpy(op.dst, op.src, op.length);
+        }
+    }
+}
+
+CUresult fake_event_sync(CUevent event)
+{
+    while (((fake_event*)event)->pending) {
+        fake_run(1);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_stream_sync(CUstream stream)
+{
+    fake_run();
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_set_access(CUdeviceptr ptr, size_t size,
+                         const CUmemAccessDesc *desc, size_t count)
+{
+    ++drv.set_access;
+    drv.access_devices.push_back(desc->location.id);
+    return CUDA_SUCCESS;
+}
+
+struct counted_comp {
+    uct_completion_t super;
+    int              calls;
+};
+
+void counted_comp_cb(uct_completion_t *self)
+{
+    ucs_container_of(self, counted_comp, super)->calls++;
+}
+
+class cuda_copy : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        m_saved = span_libcuda;
+        drv     = fake_driver();
+        span_libcuda.cuPointerGetAttribute     = fake_pointer_attr;
+        span_libcuda.cuDeviceGet               = fake_device_get;
+        span_libcuda.cuDevicePrimaryCtxRetain  = fake_retain;
+        span_libcuda.cuDevicePrimaryCtxRelease = fake_release;
+        span_libcuda.cuCtxPushCurrent          = fake_push;
+        span_libcuda.cuCtxPopCurrent           = fake_pop;
+        span_libcuda.cuCtxGetCurrent           = fake_get_current;
+        span_libcuda.cuStreamCreate            = fake_stream_create;
+        span_libcuda.cuStreamDestroy           = fake_stream_destroy;
+        span_libcuda.cuStreamSynchronize       = fake_stream_sync;
+        span_libcuda.cuEventCreate             = fake_event_create;
+        span_libcuda.cuEventDestroy            = fake_event_destroy;
+        span_libcuda.cuEventRecord             = fake_event_record;
+        span_libcuda.cuEventQuery              = fake_event_query;
+        span_libcuda.cuEventSynchronize        = fake_event_sync;
+        span_libcuda.cuMemcpyAsync             = fake_memcpy;
+        span_libcuda.cuMemSetAccess            = fake_set_access;
+
+        m_remote.assign(4096, 0);
+        m_local.resize(4096);
+        for (size_t i = 0; i < m_local.size(); ++i) {
+            m_local[i] = (uint8_t)(i * 7 + 1);
+        }
+        drv.device_of[(uintptr_t)m_local.data()] = 0;
+        m_map.base    = (uintptr_t)m_remote.data();
+        m_map.length  = m_remote.size();
+        m_map.device  = 0;
+        m_map.devices = 1;
+        m_map.pid     = 1;
+        ASSERT_EQ(UCS_OK, span_cuda_copy_create(&m_copy));
+    }
+
+    void TearDown() override
+    {
+        if (m_copy != NULL) {
+            span_cuda_copy_destroy(m_copy);
+        }
+        EXPECT_EQ(0, drv.streams);
+        EXPECT_EQ(0, drv.events);
+        EXPECT_EQ(0, drv.retained);
+        span_libcuda = m_saved;
+    }
+
+    ucs_status_t put(size_t offset, size_t length, uct_completion_t *comp,
+                     size_t count = 1)
+    {
+        uct_iov_t iov = {m_local.data() + offset, length, NULL, length,
+                         (unsigned)count};
+        return span_cuda_copy_post(m_copy, &m_map, 1, &iov, 1,
+                                   m_remote.data() + offset, comp);
+    }
+
+    static void init(counted_comp *c)
+    {
+        c->super  = {counted_comp_cb, 1, UCS_OK};
+        c->calls  = 0;
+    }
+
+    span_libcuda_t       m_saved;
+    span_cuda_copy_t     *m_copy = NULL;
+    span_cuda_vmm_map_t  m_map   = {};
+    std::vector<uint8_t> m_local, m_remote;
+};
+
+TEST_F(cuda_copy, op_completes_from_progress_after_the_device_copied)
+{
+    counted_comp c;
+
+    init(&c);
+    EXPECT_EQ(UCS_INPROGRESS, put(0, 1024, &c.super));
+    EXPECT_TRUE(span_cuda_copy_busy(m_copy));
+    EXPECT_EQ(0u, span_cuda_copy_progress(m_copy)); /* not run yet */
+    EXPECT_EQ(0, c.calls);
+    fake_run();
+    EXPECT_EQ(1u, span_cuda_copy_progress(m_copy));
+    EXPECT_EQ(1, c.calls);
+    EXPECT_EQ(UCS_OK, c.super.status);
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 1024));
+    EXPECT_EQ(0, m_remote[1024]);
+    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    EXPECT_EQ(0u, span_cuda_copy_progress(m_copy));
+    EXPECT_EQ(1, c.calls);
+    /* the copy ran on device 0's stream, made in its context */
+    ASSERT_EQ(1u, drv.copy_devices.size());
+    EXPECT_EQ(0, drv.copy_devices[0]);
+    EXPECT_EQ(NULL, drv.current);
+}
+
+TEST_F(cuda_copy, events_and_streams_are_pooled)
+{
+    counted_comp c;
+
+    for (int i = 0; i < 100; ++i) {
+        init(&c);
+        ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c.super));
+        fake_run();
+        span_cuda_copy_progress(m_copy);
+        ASSERT_EQ(1, c.calls);
+    }
+    EXPECT_EQ(1, drv.events);
+    EXPECT_EQ(1, drv.streams);
+}
+
+TEST_F(cuda_copy, flush_completes_behind_the_last_copy)
+{
+    counted_comp a, b, f;
+
+    init(&a);
+    init(&b);
+    init(&f);
+    EXPECT_EQ(UCS_OK, span_cuda_copy_flush(m_copy, &f.super));
+    EXPECT_EQ(0, f.calls); /* nothing queued: the caller completes */
+    EXPECT_EQ(UCS_INPROGRESS, put(0, 100, &a.super));
+    EXPECT_EQ(UCS_INPROGRESS, put(100, 100, &b.super));
+    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
+    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, NULL));
+    fake_run(2); /* the first copy and its event */
+    span_cuda_copy_progress(m_copy);
+    EXPECT_EQ(1, a.calls);
+    EXPECT_EQ(0, b.calls);
+    EXPECT_EQ(0, f.calls);
+    fake_run();
+    span_cuda_copy_progress(m_copy);
+    EXPECT_EQ(1, b.calls);
+    EXPECT_EQ(1, f.calls);
+    EXPECT_EQ(UCS_OK, span_cuda_copy_flush(m_copy, NULL));
+}
+
+TEST_F(cuda_copy, a_refused_copy_fails_the_op_and_the_rest_is_tracked)
+{
+    counted_comp c, f;
+
+    init(&c);
+    init(&f);
+    drv.fail_copy_at = 2; /* the third element of four */
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, &c.super, 4));
+        EXPECT_EQ(1u, log_counter::count("put of 64 bytes"));
+    }
+    /* the op failed: its completion is never called; the two copies the
+     * device took still hold the engine until they ran */
+    EXPECT_TRUE(span_cuda_copy_busy(m_copy));
+    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
+    fake_run();
+    span_cuda_copy_progress(m_copy);
+    EXPECT_EQ(0, c.calls);
+    EXPECT_EQ(1, f.calls);
+}
+
+TEST_F(cuda_copy, destroy_waits_and_completes_each_op_once)
+{
+    counted_comp a, f;
+
+    init(&a);
+    init(&f);
+    EXPECT_EQ(UCS_INPROGRESS, put(0, 512, &a.super));
+    EXPECT_EQ(0, a.calls);
+    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
+    span_cuda_copy_destroy(m_copy);
+    m_copy = NULL;
+    EXPECT_EQ(1, a.calls);
+    EXPECT_EQ(1, f.calls);
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 512));
+}
+
+TEST_F(cuda_copy, copies_in_the_context_of_the_local_buffers_device)
+{
+    counted_comp a, b;
+
+    init(&a);
+    init(&b);
+    drv.device_of[(uintptr_t)m_local.data()] = 1;
+    drv.current = fake_ctx(0); /* the application's, on another device */
+    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &a.super));
+    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &b.super));
+    ASSERT_EQ(2u, drv.copy_devices.size());
+    EXPECT_EQ(1, drv.copy_devices[0]);
+    EXPECT_EQ(1, drv.copy_devices[1]);
+    /* device 1 was given access to the mapping once */
+    ASSERT_EQ(1, drv.set_access);
+    EXPECT_EQ(1, drv.access_devices[0]);
+    EXPECT_EQ(3ull, m_map.devices);
+    EXPECT_EQ(fake_ctx(0), drv.current);
+    fake_run();
+    EXPECT_EQ(2u, span_cuda_copy_progress(m_copy));
+}
+
+TEST_F(cuda_copy, no_context_switch_where_the_right_one_is_current)
+{
+    counted_comp a;
+
+    init(&a);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &a.super)); /* makes the stream */
+    drv.current = fake_ctx(0);
+    drv.pushes  = 0;
+    init(&a);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &a.super));
+    EXPECT_EQ(0, drv.pushes);
+    fake_run();
+    span_cuda_copy_progress(m_copy);
+}
+
+TEST_F(cuda_copy, nothing_to_move_completes_at_once)
+{
+    counted_comp a;
+
+    init(&a);
+    EXPECT_EQ(UCS_OK, put(0, 64, &a.super, 0));
+    EXPECT_EQ(UCS_OK, put(0, 0, &a.super));
+    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    EXPECT_EQ(0, a.calls);
+    EXPECT_EQ(0, drv.streams);
+}
+
+} // namespace
+#else
+TEST(cuda_copy, built_without_cuda)
+{
+    GTEST_SKIP() << "span was built without CUDA: no VMM copy engine";
+}
+#endif

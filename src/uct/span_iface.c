@@ -248,8 +248,10 @@ static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
 }
 
 /* The inner rkey of an access inside an extent of one chunk: the common
- * case, checked with one add and two compares; anything else (chunks, an
- * access outside) goes to the full check */
+ * case, checked with one add and one compare (whole_length is 0 for any
+ * other extent, which only an empty access at its base passes: chunk 0
+ * holds it); anything else (chunks, an access outside) goes to the full
+ * check */
 static UCS_F_ALWAYS_INLINE int
 span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
                      uct_rkey_t *inner_p)
@@ -260,8 +262,7 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
      * the extent */
     if (ucs_unlikely(__builtin_add_overflow(addr - rkey->geom.base, length,
                                             &end) ||
-                     (end > rkey->geom.length) ||
-                     (rkey->geom.num_chunks != 1))) {
+                     (end > rkey->whole_length))) {
         return 0;
     }
     *inner_p = rkey->inner[0].rkey;

@@ -91,6 +91,10 @@ void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key);
 
 /* The unpacked rkey: what uct_rkey_t points to for a twin */
 typedef struct span_rkey {
+    /* geom.length where inner[0] serves the whole extent (one chunk, no
+     * VMM mapping), else 0: the ops that make one access check only this
+     * and geom.base, in one cache line */
+    uint64_t          whole_length;
     span_chunk_geom_t geom;            /* extent, exporter's addresses */
     uct_component_t   *inner_component;
     int               inner_unpacked;  /* inner rkeys must be released */

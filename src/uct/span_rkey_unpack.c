@@ -171,6 +171,8 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
         return status;
     }
 
+    rkey->whole_length = ((desc.geom.num_chunks == 1) && (rkey->vmm == NULL)) ?
+                         desc.geom.length : 0;
     *rkey_p   = (uintptr_t)rkey;
     *handle_p = NULL;
     return UCS_OK;

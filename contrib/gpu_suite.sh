@@ -198,6 +198,10 @@ for mib in 4 8 16 32 64 128 256; do
     done
 done
 unset UCX_CUDA_IPC_ENABLE_GET_ZCOPY
+echo "The ceiling without UCX: cuMemcpy in one process, GB/s (COPY HANDLES MIB ...)"
+for what in "8 16" "128 256" "13 260"; do
+    "$gpu/bin/span_bench_gpu" copy $what 20 2>&1 | grep '^COPY'
+done
 }
 
 part 9 && [ -x "$gpu/nixl/bin/span_gpu_test" ] && {

@@ -11,6 +11,10 @@
  *                        UCP into device memory of a kind (span_gpu.h):
  *                        the first MIB of an allocation of ALLOC_MIB
  *                        (default MIB), registered whole
+ *   copy HANDLES MIB ITERS
+ *                        the ceiling of the above without UCX: device copies
+ *                        in one process between cudaMalloc buffers and into
+ *                        and out of VMM memory of HANDLES handles
  * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu_suite.sh runs it.
  */
 #include "tools/span_gpu.h"
@@ -209,6 +213,47 @@ static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,
     return span_pair_stop(&pair);
 }
 
+/* GB/s of iters device copies of len bytes, in this process */
+static double span_bench_copy_run(void *dst, const void *src, size_t len,
+                                  int iters)
+{
+    double start = span_stats_now();
+    int i;
+
+    for (i = 0; i < iters; ++i) {
+        if (span_gpu_copy(dst, src, len) != UCS_OK) {
+            return -1;
+        }
+    }
+    return (double)len * iters / (span_stats_now() - start) / 1e9;
+}
+
+/* The ceiling of a copy into and out of VMM memory of handles handles
+ * (no UCX): the same copies between two cudaMalloc buffers beside it */
+static int span_bench_copy(unsigned handles, size_t mib, int iters)
+{
+    size_t len = mib << 20;
+    span_gpu_buf_t a, b, vmm;
+
+    if ((span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &a) != UCS_OK) ||
+        (span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &b) != UCS_OK) ||
+        (span_gpu_alloc(SPAN_GPU_VMM, len, handles, NULL, &vmm) != UCS_OK)) {
+        fprintf(stderr, "cannot allocate 3 x %zu MiB\n", mib);
+        return 1;
+    }
+    span_bench_copy_run(b.ptr, a.ptr, len, 2); /* warm up */
+    span_bench_copy_run(vmm.ptr, a.ptr, len, 2);
+    printf("COPY %u %zu malloc->malloc %.2f malloc->vmm %.2f "
+           "vmm->malloc %.2f\n", handles, mib,
+           span_bench_copy_run(b.ptr, a.ptr, len, iters),
+           span_bench_copy_run(vmm.ptr, a.ptr, len, iters),
+           span_bench_copy_run(a.ptr, vmm.ptr, len, iters));
+    span_gpu_free(&vmm);
+    span_gpu_free(&b);
+    span_gpu_free(&a);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char reason[256];
@@ -228,12 +273,20 @@ int main(int argc, char **argv)
         return span_bench_reg(atoi(argv[2]), ucs_min(atoi(argv[3]),
                                                       SPAN_BENCH_MAX_RUNS));
     }
+    if ((argc >= 5) && !strcmp(argv[1], "copy")) {
+        if (!span_gpu_init(reason, sizeof(reason))) {
+            fprintf(stderr, "%s\n", reason);
+            return 77;
+        }
+        return span_bench_copy(atoi(argv[2]), atol(argv[3]), atoi(argv[4]));
+    }
     if ((argc >= 7) && !strcmp(argv[1], "bw")) {
         return span_bench_bw(atoi(argv[2]), atoi(argv[3]), atol(argv[4]),
                              (argc >= 8) ? atol(argv[7]) : 0, atoi(argv[5]),
                              argv[6]);
     }
     fprintf(stderr, "usage: %s units HANDLES | reg COUNT RUNS | "
-            "bw KIND HANDLES MIB ITERS TLS [ALLOC_MIB]\n", argv[0]);
+            "bw KIND HANDLES MIB ITERS TLS [ALLOC_MIB] | "
+            "copy HANDLES MIB ITERS\n", argv[0]);
     return 2;
 }

@@ -208,14 +208,13 @@ out:
     return status;
 }
 
-/* Device memory that cuda_ipc packed as "no IPC" in every chunk, and whose
- * every unit span can export itself (span_cuda_vmm.h) */
+/* Device memory that cuda_ipc packed as "no IPC" in every chunk: span may
+ * export its units itself (span_cuda_vmm.h) */
 static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
                                     ucs_memory_type_t mtype,
                                     const uint8_t *keys)
 {
     size_t K = smd->inner_attr.rkey_packed_size;
-    uint64_t start, length;
     uint32_t type, i;
 
     if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
@@ -225,9 +224,7 @@ static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
     }
     for (i = 0; i < memh->geom.num_chunks; ++i) {
         memcpy(&type, keys + (i * K), sizeof(type));
-        span_chunk_range(&memh->geom, i, &start, &length);
-        if ((type != SPAN_CUDA_IPC_KEY_NO_IPC) ||
-            !span_cuda_vmm_exportable(start)) {
+        if (type != SPAN_CUDA_IPC_KEY_NO_IPC) {
             return 0;
         }
     }
@@ -243,28 +240,37 @@ static void span_md_vmm_unexport(span_memh_t *memh, uint32_t count)
     memh->vmm_fds = NULL;
 }
 
-/* Replaces the keys with span's own keys of the units, exported */
+/* Replaces the keys with span's own keys of the units, exported, one
+ * driver round trip per unit; UCS_ERR_UNSUPPORTED (keys untouched) where a
+ * unit cannot be shared */
 static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
                                        uint8_t *keys)
 {
     size_t K = smd->inner_attr.rkey_packed_size;
     uint64_t start, length;
     ucs_status_t status;
+    uint8_t *exported;
     uint32_t i;
 
     memh->vmm_fds = calloc(memh->geom.num_chunks, sizeof(int));
-    if (memh->vmm_fds == NULL) {
+    exported      = malloc(K * memh->geom.num_chunks);
+    if ((memh->vmm_fds == NULL) || (exported == NULL)) {
+        free(exported);
+        span_md_vmm_unexport(memh, 0);
         return UCS_ERR_NO_MEMORY;
     }
     for (i = 0; i < memh->geom.num_chunks; ++i) {
         span_chunk_range(&memh->geom, i, &start, &length);
-        status = span_cuda_vmm_export(start, length, keys + (i * K), K,
+        status = span_cuda_vmm_export(start, length, exported + (i * K), K,
                                       &memh->vmm_fds[i]);
         if (status != UCS_OK) {
             span_md_vmm_unexport(memh, i);
+            free(exported);
             return status;
         }
     }
+    memcpy(keys, exported, K * memh->geom.num_chunks);
+    free(exported);
     ucs_debug("span md %p: cuda_ipc cannot export the %u VMM units of [0x%"
               PRIx64 ", +%" PRIu64 "): span exports them", smd,
               memh->geom.num_chunks, memh->geom.base, memh->geom.length);
@@ -324,11 +330,13 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
     }
 
     if (span_md_vmm_needs_export(smd, memh, mtype, keys)) {
+        /* memory that cannot be shared keeps cuda_ipc's keys: UCP stages */
         status = span_md_vmm_export(smd, memh, keys);
-        if (status != UCS_OK) {
+        if (status == UCS_OK) {
+            desc.span_vmm = 1;
+        } else if (status != UCS_ERR_UNSUPPORTED) {
             goto out;
         }
-        desc.span_vmm = 1;
     }
     status = span_md_pack(smd, memh, &desc, keys, &rkey_size);
     if ((status != UCS_OK) && (memh->vmm_fds != NULL)) {

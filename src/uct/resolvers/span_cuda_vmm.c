@@ -83,24 +83,6 @@ static void span_cuda_vmm_ctx_leave(int device, int pushed)
     }
 }
 
-int span_cuda_vmm_exportable(uint64_t base)
-{
-    CUmemGenericAllocationHandle handle;
-    uint64_t types = 0;
-
-    if (!span_cuda_vmm_ready() ||
-        (span_libcuda.cuPointerGetAttribute(
-                 &types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, base) !=
-         CUDA_SUCCESS) ||
-        !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
-        (span_libcuda.cuMemRetainAllocationHandle(&handle, (void*)base) !=
-         CUDA_SUCCESS)) {
-        return 0;
-    }
-    span_libcuda.cuMemRelease(handle);
-    return 1;
-}
-
 ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
                                   size_t K, int *fd_p)
 {
@@ -110,15 +92,21 @@ ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
     CUresult res;
     int fd;
 
-    if ((K < SPAN_CUDA_VMM_KEY_SIZE) ||
+    if ((K < SPAN_CUDA_VMM_KEY_SIZE) || !span_cuda_vmm_ready() ||
         (span_libcuda.cuMemRetainAllocationHandle(&handle, (void*)base) !=
          CUDA_SUCCESS)) {
         return UCS_ERR_UNSUPPORTED;
     }
+    /* the export is the check: no query of the handle's types first */
     res = span_libcuda.cuMemExportToShareableHandle(
             &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     span_libcuda.cuMemRelease(handle);
-    if (res != CUDA_SUCCESS) {
+    if ((res == CUDA_ERROR_INVALID_VALUE) || (res == CUDA_ERROR_NOT_SUPPORTED) ||
+        (res == CUDA_ERROR_NOT_PERMITTED)) {
+        ucs_debug("span cuda vmm: the allocation at 0x%" PRIx64 " cannot be "
+                  "shared as a POSIX fd: %d", base, res);
+        return UCS_ERR_UNSUPPORTED;
+    } else if (res != CUDA_SUCCESS) {
         ucs_error("span cuda vmm: cannot export the allocation at 0x%" PRIx64
                   " as a POSIX fd: %d", base, res);
         return UCS_ERR_IO_ERROR;
@@ -281,11 +269,6 @@ void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
 }
 
 #else
-int span_cuda_vmm_exportable(uint64_t base)
-{
-    return 0;
-}
-
 ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
                                   size_t K, int *fd_p)
 {

@@ -33,11 +33,10 @@
 /* Bytes of a span key of one unit, within an inner key's room */
 #define SPAN_CUDA_VMM_KEY_SIZE 32
 
-/* Whether the unit at base is VMM memory that can be shared as a POSIX fd */
-int span_cuda_vmm_exportable(uint64_t base);
-
 /* Exports the unit [base, base + size) into key (K >= SPAN_CUDA_VMM_KEY_SIZE
- * bytes); *fd_p stays open until span_cuda_vmm_unexport */
+ * bytes); *fd_p stays open until span_cuda_vmm_unexport. One driver round
+ * trip: UCS_ERR_UNSUPPORTED (key untouched) where the unit is not VMM memory
+ * that can be shared as a POSIX fd */
 ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
                                   size_t K, int *fd_p);
 void span_cuda_vmm_unexport(int fd);

@@ -5,6 +5,7 @@
 #include "span_component.h"
 #include "span_spill.h"
 #include "resolvers/span_cuda_vmm.h"
+#include "resolvers/span_cuda_vmm_cache.h"
 #include "resolvers/span_verbs.h"
 #include "ucm_hooks/span_ucm.h"
 
@@ -816,6 +817,10 @@ static void span_md_close(uct_md_h md)
         span_ucm_unsubscribe();
     }
     span_rkey_size_remove(smd->inner_id, smd->rkey_packed_size);
+    if (smd->cuda != NULL) {
+        /* while the driver is still there: the process may be ending */
+        span_cuda_vmm_cache_purge();
+    }
     uct_md_close(smd->inner);
     free(smd);
 }

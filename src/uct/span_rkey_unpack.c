@@ -5,6 +5,7 @@
 #include "span_rkey.h"
 #include "span_component.h"
 #include "span_spill.h"
+#include "resolvers/span_cuda_vmm_cache.h"
 
 #include <stdlib.h>
 
@@ -68,26 +69,13 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
 }
 
 /* Maps the units span exported (span_cuda_vmm.h) as the rkey's access
- * path */
+ * path, or shares the mapping another rkey of them made */
 static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
                                       const span_rkey_desc_t *desc,
                                       const uint8_t *keys)
 {
-    span_cuda_vmm_map_t *map = malloc(sizeof(*map));
-    ucs_status_t status;
-
-    if (map == NULL) {
-        ucs_error("span: no memory to map %u VMM units",
-                  desc->geom.num_chunks);
-        return UCS_ERR_NO_MEMORY;
-    }
-    status = span_cuda_vmm_import(keys, desc->key_size, &desc->geom, map);
-    if (status != UCS_OK) {
-        free(map);
-        return status;
-    }
-    rkey->vmm = map;
-    return UCS_OK;
+    return span_cuda_vmm_cache_get(keys, desc->key_size, &desc->geom,
+                                   &rkey->vmm);
 }
 
 /* The keys of every chunk, contiguous: rebuilt from the rkey, or read from
@@ -184,8 +172,7 @@ ucs_status_t span_rkey_release(uct_component_t *component,
     span_rkey_t *srkey = (span_rkey_t*)rkey;
 
     if (srkey->vmm != NULL) {
-        span_cuda_vmm_unmap(srkey->vmm);
-        free(srkey->vmm);
+        span_cuda_vmm_cache_put(srkey->vmm);
     }
     span_rkey_release_inner(srkey, srkey->num_inner);
     free(srkey);

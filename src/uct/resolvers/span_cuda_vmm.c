@@ -129,7 +129,7 @@ void span_cuda_vmm_unexport(int fd)
 /* Maps one unit of the exporter's, process pid, at addr */
 static ucs_status_t span_cuda_vmm_map_unit(int pidfd, uint32_t pid,
                                            const uint8_t *key, uint64_t addr,
-                                           uint64_t size)
+                                           uint64_t size, int *fd_p)
 {
     CUmemGenericAllocationHandle handle;
     uint64_t key_size, pid_ns;
@@ -159,10 +159,10 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, uint32_t pid,
                   "as for cuda_ipc)", (int)head[2], head[1]);
         return UCS_ERR_UNREACHABLE;
     }
-    res = span_libcuda.cuMemImportFromShareableHandle(
+    *fd_p = fd; /* kept: it tells whether the exporter still exports */
+    res   = span_libcuda.cuMemImportFromShareableHandle(
             &handle, (void*)(uintptr_t)fd,
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    close(fd);
     if (res != CUDA_SUCCESS) {
         ucs_error("span cuda vmm: cannot import a unit of process %u: %d",
                   head[1], res);
@@ -187,7 +187,7 @@ static void span_cuda_vmm_unmap_units(const span_chunk_geom_t *geom,
 
 static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
                                             const span_chunk_geom_t *geom,
-                                            uint64_t va, int device)
+                                            uint64_t va, int device, int *fds)
 {
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
                               CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -213,7 +213,8 @@ static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
     for (i = 0; (i < geom->num_chunks) && (status == UCS_OK); ++i) {
         span_chunk_range(geom, i, &start, &length);
         status = span_cuda_vmm_map_unit(pidfd, pid, keys + (i * K),
-                                        va + (start - geom->base), length);
+                                        va + (start - geom->base), length,
+                                        &fds[i]);
     }
     close(pidfd);
     if ((status == UCS_OK) &&
@@ -230,12 +231,16 @@ static ucs_status_t span_cuda_vmm_map_units(const uint8_t *keys, size_t K,
 
 ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map)
+                                  span_cuda_vmm_map_t *map, int *fds)
 {
     CUdeviceptr va;
     ucs_status_t status;
+    uint32_t i;
     int pushed;
 
+    for (i = 0; i < geom->num_chunks; ++i) {
+        fds[i] = -1;
+    }
     map->device = 0;
     if (!span_cuda_vmm_ready() || (K < SPAN_CUDA_VMM_KEY_SIZE) ||
         (span_cuda_vmm_ctx_enter(&map->device, &pushed) != UCS_OK)) {
@@ -246,7 +251,8 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
     status = UCS_ERR_NO_MEMORY;
     if (span_libcuda.cuMemAddressReserve(&va, geom->length, 0, 0, 0) ==
         CUDA_SUCCESS) {
-        status = span_cuda_vmm_map_units(keys, K, geom, va, map->device);
+        status = span_cuda_vmm_map_units(keys, K, geom, va, map->device,
+                                         fds);
         if (status != UCS_OK) {
             span_libcuda.cuMemAddressFree(va, geom->length);
         }
@@ -281,7 +287,7 @@ void span_cuda_vmm_unexport(int fd)
 
 ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map)
+                                  span_cuda_vmm_map_t *map, int *fds)
 {
     ucs_error("span: built without CUDA: cannot map %u device units",
               geom->num_chunks);

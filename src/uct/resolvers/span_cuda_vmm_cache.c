@@ -1,0 +1,257 @@
+/*
+ * The import cache of VMM mappings.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_cuda_vmm_cache.h"
+
+#include <ucs/datastruct/list.h>
+#include <ucs/debug/log_def.h>
+#include <linux/kcmp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef struct span_cuda_vmm_entry {
+    span_cuda_vmm_map_t map;       /* what rkeys point to: first */
+    ucs_list_link_t     list;      /* in the cache, least recently used first */
+    int                 listed;
+    unsigned            refcount;  /* rkeys that use it */
+    span_chunk_geom_t   geom;
+    size_t              keys_size;
+    int                 *fds;      /* this process's copies, per unit */
+    uint32_t            *peer_fds; /* the exporter's numbers, per unit */
+    uint8_t             keys[];    /* as the exporter packed them */
+} span_cuda_vmm_entry_t;
+
+static UCS_LIST_HEAD(span_cuda_vmm_cache);
+static unsigned        span_cuda_vmm_cache_idle; /* listed, refcount 0 */
+static pthread_mutex_t span_cuda_vmm_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether the exporter still has, at every unit's number, the open file
+ * this process copied */
+static int span_cuda_vmm_entry_alive(const span_cuda_vmm_entry_t *entry)
+{
+    pid_t self = getpid();
+    uint32_t i;
+
+    for (i = 0; i < entry->geom.num_chunks; ++i) {
+        if (syscall(SYS_kcmp, self, (pid_t)entry->map.pid, KCMP_FILE,
+                    entry->fds[i], entry->peer_fds[i]) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void span_cuda_vmm_entry_free(span_cuda_vmm_entry_t *entry,
+                                     int mapped)
+{
+    uint32_t i;
+
+    if (mapped) {
+        span_cuda_vmm_unmap(&entry->map);
+    }
+    for (i = 0; i < entry->geom.num_chunks; ++i) {
+        if (entry->fds[i] >= 0) {
+            close(entry->fds[i]);
+        }
+    }
+    free(entry->fds);
+    free(entry->peer_fds);
+    free(entry);
+}
+
+/* Takes an entry out of the cache; an unused one moves to the list dropped,
+ * freed by the caller outside the lock */
+static void span_cuda_vmm_entry_unlist(span_cuda_vmm_entry_t *entry,
+                                       ucs_list_link_t *dropped)
+{
+    ucs_list_del(&entry->list);
+    entry->listed = 0;
+    if (entry->refcount == 0) {
+        --span_cuda_vmm_cache_idle;
+        ucs_list_add_tail(dropped, &entry->list);
+    }
+}
+
+static void span_cuda_vmm_free_dropped(ucs_list_link_t *dropped)
+{
+    span_cuda_vmm_entry_t *entry, *tmp;
+
+    ucs_list_for_each_safe(entry, tmp, dropped, list) {
+        ucs_debug("span cuda vmm: unmapped %u units of process %u",
+                  entry->geom.num_chunks, entry->map.pid);
+        span_cuda_vmm_entry_free(entry, 1);
+    }
+}
+
+static int span_cuda_vmm_entry_match(const span_cuda_vmm_entry_t *entry,
+                                     const uint8_t *keys, size_t size,
+                                     const span_chunk_geom_t *geom)
+{
+    return (entry->keys_size == size) &&
+           (entry->geom.base == geom->base) &&
+           (entry->geom.length == geom->length) &&
+           (entry->geom.num_chunks == geom->num_chunks) &&
+           !memcmp(entry->keys, keys, size);
+}
+
+/* Under the lock: drops the unused mappings of units no longer exported
+ * and returns the live one for keys, with a reference, or NULL */
+static span_cuda_vmm_entry_t *
+span_cuda_vmm_cache_lookup(const uint8_t *keys, size_t size,
+                           const span_chunk_geom_t *geom,
+                           ucs_list_link_t *dropped)
+{
+    span_cuda_vmm_entry_t *entry, *tmp, *found = NULL;
+    int match;
+
+    ucs_list_for_each_safe(entry, tmp, &span_cuda_vmm_cache, list) {
+        match = (found == NULL) &&
+                span_cuda_vmm_entry_match(entry, keys, size, geom);
+        if (!match && (entry->refcount > 0)) {
+            continue;
+        }
+        if (!span_cuda_vmm_entry_alive(entry)) {
+            span_cuda_vmm_entry_unlist(entry, dropped);
+        } else if (match) {
+            if (entry->refcount++ == 0) {
+                --span_cuda_vmm_cache_idle;
+            }
+            found = entry;
+        }
+    }
+    return found;
+}
+
+static ucs_status_t span_cuda_vmm_entry_new(const uint8_t *keys, size_t K,
+                                            const span_chunk_geom_t *geom,
+                                            span_cuda_vmm_entry_t **entry_p)
+{
+    size_t size = (size_t)geom->num_chunks * K;
+    span_cuda_vmm_entry_t *entry;
+    ucs_status_t status;
+    uint32_t i;
+
+    entry = calloc(1, sizeof(*entry) + size);
+    if (entry != NULL) {
+        entry->fds      = malloc(geom->num_chunks * sizeof(*entry->fds));
+        entry->peer_fds = malloc(geom->num_chunks * sizeof(*entry->peer_fds));
+    }
+    if ((entry == NULL) || (entry->fds == NULL) ||
+        (entry->peer_fds == NULL)) {
+        ucs_error("span cuda vmm: no memory to map %u units",
+                  geom->num_chunks);
+        if (entry != NULL) {
+            free(entry->fds);
+            free(entry->peer_fds);
+            free(entry);
+        }
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    status = span_cuda_vmm_import(keys, K, geom, &entry->map, entry->fds);
+    if (status != UCS_OK) {
+        span_cuda_vmm_entry_free(entry, 0);
+        return status;
+    }
+    for (i = 0; i < geom->num_chunks; ++i) {
+        /* the key's fd field, checked by the import */
+        memcpy(&entry->peer_fds[i], keys + (i * K) + (2 * sizeof(uint32_t)),
+               sizeof(uint32_t));
+    }
+    entry->geom      = *geom;
+    entry->keys_size = size;
+    entry->refcount  = 1;
+    memcpy(entry->keys, keys, size);
+    *entry_p = entry;
+    return UCS_OK;
+}
+
+ucs_status_t span_cuda_vmm_cache_get(const uint8_t *keys, size_t K,
+                                     const span_chunk_geom_t *geom,
+                                     span_cuda_vmm_map_t **map_p)
+{
+    UCS_LIST_HEAD(dropped);
+    span_cuda_vmm_entry_t *entry;
+    ucs_status_t status;
+
+    pthread_mutex_lock(&span_cuda_vmm_cache_lock);
+    entry = span_cuda_vmm_cache_lookup(keys, (size_t)geom->num_chunks * K,
+                                       geom, &dropped);
+    pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
+    span_cuda_vmm_free_dropped(&dropped);
+    if (entry != NULL) {
+        *map_p = &entry->map;
+        return UCS_OK;
+    }
+
+    status = span_cuda_vmm_entry_new(keys, K, geom, &entry);
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* listed only where this process can tell that the exporter still
+     * exports the units: kcmp needs the rights pidfd_getfd had */
+    if (span_cuda_vmm_entry_alive(entry)) {
+        pthread_mutex_lock(&span_cuda_vmm_cache_lock);
+        ucs_list_add_tail(&span_cuda_vmm_cache, &entry->list);
+        entry->listed = 1;
+        pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
+    } else {
+        ucs_debug("span cuda vmm: kcmp(process %u) refused: %m; the mapping "
+                  "of %u units is not cached", entry->map.pid,
+                  geom->num_chunks);
+    }
+    *map_p = &entry->map;
+    return UCS_OK;
+}
+
+void span_cuda_vmm_cache_put(span_cuda_vmm_map_t *map)
+{
+    span_cuda_vmm_entry_t *entry = ucs_container_of(map,
+                                                    span_cuda_vmm_entry_t,
+                                                    map);
+    span_cuda_vmm_entry_t *lru   = NULL;
+    UCS_LIST_HEAD(dropped);
+
+    pthread_mutex_lock(&span_cuda_vmm_cache_lock);
+    if (--entry->refcount == 0) {
+        if (!entry->listed) {
+            ucs_list_add_tail(&dropped, &entry->list);
+        } else {
+            /* most recently used last */
+            ucs_list_del(&entry->list);
+            ucs_list_add_tail(&span_cuda_vmm_cache, &entry->list);
+            if (++span_cuda_vmm_cache_idle > SPAN_CUDA_VMM_CACHE_IDLE) {
+                ucs_list_for_each(lru, &span_cuda_vmm_cache, list) {
+                    if (lru->refcount == 0) {
+                        break;
+                    }
+                }
+                span_cuda_vmm_entry_unlist(lru, &dropped);
+            }
+        }
+    }
+    pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
+    span_cuda_vmm_free_dropped(&dropped);
+}
+
+void span_cuda_vmm_cache_purge(void)
+{
+    span_cuda_vmm_entry_t *entry, *tmp;
+    UCS_LIST_HEAD(dropped);
+
+    pthread_mutex_lock(&span_cuda_vmm_cache_lock);
+    ucs_list_for_each_safe(entry, tmp, &span_cuda_vmm_cache, list) {
+        if (entry->refcount == 0) {
+            span_cuda_vmm_entry_unlist(entry, &dropped);
+        }
+    }
+    pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
+    span_cuda_vmm_free_dropped(&dropped);
+}

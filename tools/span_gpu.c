@@ -99,6 +99,7 @@ static struct {
     SPAN_GPU_FN(cuMemUnmap);
     SPAN_GPU_FN(cuMemSetAccess);
     SPAN_GPU_FN(cuMemRelease);
+    SPAN_GPU_FN(cuMemGetAddressRange);
 } span_gpu_fn;
 
 static CUdevice span_gpu_dev;
@@ -114,7 +115,8 @@ static int span_gpu_load(char *reason, size_t size)
         "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync",
         "cuStreamSynchronize", "cuMemcpy", "cuMemGetAllocationGranularity",
         "cuMemCreate", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap",
-        "cuMemUnmap", "cuMemSetAccess", "cuMemRelease"
+        "cuMemUnmap", "cuMemSetAccess", "cuMemRelease",
+        "cuMemGetAddressRange_v2"
     };
     size_t i;
 
@@ -258,43 +260,49 @@ static ucs_status_t span_gpu_external_take(size_t length, void *at,
 }
 
 /* Blocks of length / 4 and the rest, until the driver places the second
- * right after the first (asked for in either order); the misses are held
- * meanwhile, so that each try gets other addresses */
+ * right after the first. Blocks under 2 MiB share 2 MiB pages and larger
+ * ones take the next free pages, so two small blocks (the second one in the
+ * upper part of a fresh page) and then a large one give the best odds; the
+ * misses are held meanwhile, so that each try gets other addresses */
 static ucs_status_t span_gpu_pair_alloc(size_t length, span_gpu_buf_t *buf)
 {
     size_t small = length / 4, large = length - small;
-    CUdeviceptr misses[64], a = 0, b = 0;
+    CUdeviceptr misses[96], s[2] = {0, 0}, b = 0;
     ucs_status_t status = UCS_ERR_UNSUPPORTED;
     unsigned i, count = 0;
-    int swap;
+    int j;
 
-    while (count + 2 <= sizeof(misses) / sizeof(misses[0])) {
-        swap = (count / 2) % 2;
-        if (span_gpu_fn.cuMemAlloc(swap ? &b : &a, swap ? large : small) !=
-            CUDA_SUCCESS) {
+    while (count + 3 <= sizeof(misses) / sizeof(misses[0])) {
+        for (j = 0; j < 2; ++j) {
+            if (span_gpu_fn.cuMemAlloc(&s[j], small) != CUDA_SUCCESS) {
+                status = UCS_ERR_NO_MEMORY;
+                goto out;
+            }
+            misses[count++] = s[j];
+        }
+        if (span_gpu_fn.cuMemAlloc(&b, large) != CUDA_SUCCESS) {
             status = UCS_ERR_NO_MEMORY;
             break;
         }
-        if (span_gpu_fn.cuMemAlloc(swap ? &a : &b, swap ? small : large) !=
-            CUDA_SUCCESS) {
-            misses[count++] = swap ? b : a;
-            status          = UCS_ERR_NO_MEMORY;
-            break;
+        for (j = 0; j < 2; ++j) {
+            if (s[j] + small == b) {
+                misses[count - 2 + j] = misses[count - 1 - j]; /* keep s[j] */
+                buf->ptr    = (void*)s[j];
+                buf->second = (void*)b;
+                --count;
+                status = UCS_OK;
+                goto out;
+            }
         }
-        if (a + small == b) {
-            buf->ptr    = (void*)a;
-            buf->second = (void*)b;
-            status      = UCS_OK;
-            break;
-        }
-        misses[count++] = a;
         misses[count++] = b;
     }
+out:
     if (status == UCS_ERR_UNSUPPORTED) {
-        fprintf(stderr, "span_gpu: %zu-byte blocks at 0x%llx, %zu-byte "
-                "blocks at 0x%llx (last of %u tries): never back to back\n",
-                small, (unsigned long long)a, large, (unsigned long long)b,
-                count / 2);
+        fprintf(stderr, "span_gpu: %zu-byte blocks at 0x%llx and 0x%llx, "
+                "%zu-byte blocks at 0x%llx (last of %u tries): never back "
+                "to back\n", small, (unsigned long long)s[0],
+                (unsigned long long)s[1], large, (unsigned long long)b,
+                count / 3);
     }
     for (i = 0; i < count; ++i) {
         span_gpu_fn.cuMemFree(misses[i]);
@@ -374,18 +382,49 @@ void span_gpu_free(span_gpu_buf_t *buf)
     buf->ptr = NULL;
 }
 
+/* Bytes from ptr to the end of its device allocation, or max where ptr is
+ * not device memory */
+static size_t span_gpu_room(const void *ptr, size_t max)
+{
+    CUdeviceptr base;
+    size_t size;
+
+    if (span_gpu_fn.cuMemGetAddressRange(&base, &size, (CUdeviceptr)ptr) !=
+        CUDA_SUCCESS) {
+        return max;
+    }
+    size = base + size - (CUdeviceptr)ptr;
+    return (size < max) ? size : max;
+}
+
+/* One cuMemcpy, or where the driver refuses a copy that crosses from one
+ * allocation into the next (the blocks of SPAN_GPU_MALLOC_PAIR), one per
+ * stretch that lies in one allocation on both sides */
 ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
 {
+    size_t done, n;
+
     if (!span_gpu_ready) {
         memcpy(dst, src, length);
         return UCS_OK;
     }
-    if ((span_gpu_fn.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, length) !=
-         CUDA_SUCCESS) ||
-        (span_gpu_fn.cuCtxSynchronize() != CUDA_SUCCESS)) {
-        return UCS_ERR_IO_ERROR;
+    if (span_gpu_fn.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, length) ==
+        CUDA_SUCCESS) {
+        return (span_gpu_fn.cuCtxSynchronize() == CUDA_SUCCESS) ?
+               UCS_OK : UCS_ERR_IO_ERROR;
     }
-    return UCS_OK;
+    for (done = 0; done < length; done += n) {
+        n = span_gpu_room((char*)dst + done,
+                          span_gpu_room((const char*)src + done,
+                                        length - done));
+        if (span_gpu_fn.cuMemcpy((CUdeviceptr)dst + done,
+                                 (CUdeviceptr)src + done, n) !=
+            CUDA_SUCCESS) {
+            return UCS_ERR_IO_ERROR;
+        }
+    }
+    return (span_gpu_fn.cuCtxSynchronize() == CUDA_SUCCESS) ?
+           UCS_OK : UCS_ERR_IO_ERROR;
 }
 #else
 int span_gpu_init(char *reason, size_t size)

@@ -486,6 +486,136 @@ TEST_P(span_uct, corrupted_rkey_is_refused)
     }
 }
 
+/* A second twin transport beside the fixture's: its own MD, worker, iface,
+ * ep to itself and a registered 64-bit word */
+struct twin_side {
+    explicit twin_side(const char *tl)
+    {
+        component = find_component("span");
+        md        = open_md(component, tl);
+        EXPECT_NE(nullptr, md) << tl;
+        if (md == NULL) {
+            return;
+        }
+        EXPECT_EQ(UCS_OK, ucs_async_context_create(
+                UCS_ASYNC_MODE_THREAD_SPINLOCK, &async));
+        EXPECT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
+                                            &worker));
+        uct_iface_config_t *config;
+        EXPECT_EQ(UCS_OK, uct_md_iface_config_read(md, tl, NULL, NULL,
+                                                   &config));
+        uct_iface_params_t params   = {};
+        params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                                      UCT_IFACE_PARAM_FIELD_DEVICE;
+        params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+        params.mode.device.tl_name  = tl;
+        params.mode.device.dev_name = "memory";
+        EXPECT_EQ(UCS_OK, uct_iface_open(md, worker, &params, config,
+                                         &iface));
+        uct_config_release(config);
+        uct_iface_attr_t attr;
+        EXPECT_EQ(UCS_OK, uct_iface_query(iface, &attr));
+        std::vector<char> dev(attr.device_addr_len + 1);
+        std::vector<char> ifa(attr.iface_addr_len + 1);
+        EXPECT_EQ(UCS_OK, uct_iface_get_device_address(
+                iface, (uct_device_addr_t*)dev.data()));
+        EXPECT_EQ(UCS_OK, uct_iface_get_address(
+                iface, (uct_iface_addr_t*)ifa.data()));
+        uct_ep_params_t ep_params = {};
+        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
+                               UCT_EP_PARAM_FIELD_DEV_ADDR |
+                               UCT_EP_PARAM_FIELD_IFACE_ADDR;
+        ep_params.iface      = iface;
+        ep_params.dev_addr   = (uct_device_addr_t*)dev.data();
+        ep_params.iface_addr = (uct_iface_addr_t*)ifa.data();
+        EXPECT_EQ(UCS_OK, uct_ep_create(&ep_params, &ep));
+        uct_md_attr_t md_attr;
+        EXPECT_EQ(UCS_OK, uct_md_query(md, &md_attr));
+        EXPECT_EQ(UCS_OK, uct_md_mem_reg(md, word, sizeof(word),
+                                         UCT_MD_MEM_ACCESS_ALL, &memh));
+        std::vector<uint8_t> packed(md_attr.rkey_packed_size + 1);
+        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(md, memh, packed.data()));
+        EXPECT_EQ(UCS_OK, uct_rkey_unpack(component, packed.data(), &rkey));
+    }
+
+    ~twin_side()
+    {
+        uct_rkey_release(component, &rkey);
+        uct_md_mem_dereg(md, memh);
+        uct_ep_destroy(ep);
+        uct_iface_close(iface);
+        uct_worker_destroy(worker);
+        ucs_async_context_destroy(async);
+        uct_md_close(md);
+    }
+
+    /* fetch-add of 2 on a word of 40 */
+    void fetch_add()
+    {
+        completion c;
+        uint64_t result = 0;
+        word[0]         = 40;
+        ucs_status_t status = uct_ep_atomic64_fetch(
+                ep, UCT_ATOMIC_OP_ADD, 2, &result, (uintptr_t)&word[0],
+                rkey.rkey, &c.super);
+        while ((status == UCS_INPROGRESS) && (c.super.count > 0)) {
+            uct_worker_progress(worker);
+        }
+        EXPECT_EQ(UCS_OK, (status == UCS_INPROGRESS) ? c.super.status :
+                                                       status);
+        EXPECT_EQ(40u, result);
+        EXPECT_EQ(42u, word[0]);
+    }
+
+    uct_component_h     component = NULL;
+    uct_md_h            md        = NULL;
+    ucs_async_context_t *async    = NULL;
+    uct_worker_h        worker    = NULL;
+    uct_iface_h         iface     = NULL;
+    uct_ep_h            ep        = NULL;
+    uct_mem_h           memh      = NULL;
+    uct_rkey_bundle_t   rkey      = {};
+    uint64_t            word[2]   = {0, 0};
+};
+
+/* The ops of one access call the inner op without a lookup only while every
+ * open twin has the same inner ops: the fixture's twin is opened first (its
+ * ops are the shared ones), then a twin of another transport, whose atomics
+ * are strict's own; each must reach its own inner op */
+class span_uct_mixed : public span_uct {
+};
+
+TEST_P(span_uct_mixed, one_access_ops_beside_a_twin_of_another_transport)
+{
+    const char *other = (std::string(GetParam()) == "self+") ? "strict+" :
+                                                                "self+";
+    uint64_t *target  = reinterpret_cast<uint64_t*>(&remote[256]);
+    uint64_t result   = 0;
+    {
+        twin_side side(other);
+        ASSERT_NE(nullptr, side.ep) << other;
+        for (int round = 0; round < 2; ++round) {
+            side.fetch_add();
+            *target = 40;
+            completion c;
+            wait(uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 2, &result,
+                                       raddr(256), rkey.rkey, &c.super), c);
+            EXPECT_EQ(40u, result);
+            EXPECT_EQ(42u, *target);
+        }
+    }
+    /* the other closed: the fixture's ops still reach theirs */
+    *target = 1;
+    completion c;
+    wait(uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 2, &result, raddr(256),
+                               rkey.rkey, &c.super), c);
+    EXPECT_EQ(1u, result);
+    EXPECT_EQ(3u, *target);
+}
+
+INSTANTIATE_TEST_SUITE_P(twin, span_uct_mixed,
+                         ::testing::Values("self+", "strict+"));
+
 INSTANTIATE_TEST_SUITE_P(twin, span_uct, ::testing::Values("self+", "cma+"));
 INSTANTIATE_TEST_SUITE_P(native, span_uct, ::testing::Values("self", "cma"));
 

@@ -61,6 +61,42 @@ static span_iface_slot_t *span_iface_table;
 static unsigned          span_iface_count;
 static pthread_mutex_t   span_iface_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/*
+ * The inner ops of the ops that make one access (short, bcopy gets,
+ * atomics), while every open twin iface has the same ones (one transport
+ * per process, the common case): their fast path then calls them with no
+ * lookup. Written only while no twin iface is open (no op runs), and the
+ * flag is published after; a twin with other ones clears the flag until
+ * the last twin closes.
+ */
+static uct_iface_ops_t span_iface_uniform_ops;
+static int             span_iface_uniform;
+
+static int span_iface_same_access_ops(const uct_iface_ops_t *a,
+                                      const uct_iface_ops_t *b)
+{
+    return (a->ep_put_short == b->ep_put_short) &&
+           (a->ep_get_short == b->ep_get_short) &&
+           (a->ep_get_bcopy == b->ep_get_bcopy) &&
+           (a->ep_atomic_cswap64 == b->ep_atomic_cswap64) &&
+           (a->ep_atomic_cswap32 == b->ep_atomic_cswap32) &&
+           (a->ep_atomic32_post == b->ep_atomic32_post) &&
+           (a->ep_atomic64_post == b->ep_atomic64_post) &&
+           (a->ep_atomic32_fetch == b->ep_atomic32_fetch) &&
+           (a->ep_atomic64_fetch == b->ep_atomic64_fetch);
+}
+
+/* Under the lock, as a twin with these inner ops joins the open ones */
+static void span_iface_uniform_join(const uct_iface_ops_t *ops)
+{
+    if (span_iface_count == 0) {
+        span_iface_uniform_ops = *ops;
+        __atomic_store_n(&span_iface_uniform, 1, __ATOMIC_RELEASE);
+    } else if (!span_iface_same_access_ops(&span_iface_uniform_ops, ops)) {
+        __atomic_store_n(&span_iface_uniform, 0, __ATOMIC_RELAXED);
+    }
+}
+
 /* A multiply by a 32-bit odd constant is one instruction; every address bit
  * below the 35th reaches the slot index, so page-aligned ifaces spread as
  * well as heap ones */
@@ -162,6 +198,7 @@ static ucs_status_t span_iface_insert(uct_iface_h key, span_iface_t *iface)
          slot = span_iface_next(slot)) {
     }
 
+    span_iface_uniform_join(&iface->ops);
     __atomic_store_n(&slot->iface, iface, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
     ++span_iface_count;
@@ -187,6 +224,7 @@ static span_iface_t *span_iface_remove(uct_iface_h key)
         }
     }
     if ((iface != NULL) && (--span_iface_count == 0)) {
+        __atomic_store_n(&span_iface_uniform, 0, __ATOMIC_RELAXED);
         free(span_iface_table);
         span_iface_table = NULL;
     }
@@ -271,11 +309,11 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
 
 /*
  * The ops that make one access of _length bytes at remote_addr (short,
- * bcopy gets, atomics): the fast version finds the iface in the slot of its
- * hash and the access in an extent of one chunk, and calls the inner op with
- * no stack frame of its own; every other case takes the slow version, which
- * checks chunks and probes the table. The arguments after _params name the
- * inner op's, with key for the rkey.
+ * bcopy gets, atomics): where every twin has the same inner ops and the
+ * access lies in an extent of one chunk, the fast version calls the inner
+ * op with no lookup and no stack frame of its own; every other case takes
+ * the slow version, which checks chunks and finds the iface in the table.
+ * The arguments after _params name the inner op's, with key for the rkey.
  */
 #define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
     static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \
@@ -293,15 +331,13 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
     \
     static ucs_status_t span_ep_##_op _params \
     { \
-        span_iface_slot_t *slot = span_iface_slot(ep->iface); \
-        uct_iface_h found       = span_iface_key(slot); \
-        span_iface_t *siface    = span_iface_value(slot); \
         uct_rkey_t key; \
         \
-        if (ucs_likely((found == ep->iface) && \
+        if (ucs_likely(__atomic_load_n(&span_iface_uniform, \
+                                       __ATOMIC_ACQUIRE) && \
                        span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
                                             _length, &key))) { \
-            return siface->ops.ep_##_op(__VA_ARGS__); \
+            return span_iface_uniform_ops.ep_##_op(__VA_ARGS__); \
         } \
         key = rkey; \
         return span_ep_##_op##_slow(__VA_ARGS__); \

@@ -38,7 +38,7 @@ if [ -x "$top/test/nixl/span_gpu_test" ] && [ -d "$nixl" ]; then
         "$out"/nixl/bin/* 2>/dev/null || true
 fi
 # the test harness, for the PyTorch target (contrib/span_torch_target.py)
-cp -L "$top/tools/.libs/libspan_pair.so" "$out/bin/"
+cp -L "$top/test/harness/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py
 gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src/uct" -I"$ucx/include" \
     $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \

@@ -9,8 +9,8 @@
  * Usage: span_bench_chunk [REG_GiB [RUNS]]; run by contrib/bench_chunk.sh,
  * which points UCX_MODULE_DIR at span beside the strict test transport.
  */
-#include "tools/span_pair.h"
-#include "tools/span_stats.h"
+#include "test/harness/span_pair.h"
+#include "test/harness/span_stats.h"
 
 #include <uct/api/uct.h>
 #include <ucs/sys/math.h>

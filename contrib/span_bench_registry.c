@@ -11,8 +11,8 @@
  * Usage: span_bench_registry [COUNT [RUNS [MD]]] (MD default cma+); needs
  * UCX_MODULE_DIR.
  */
-#include "tools/span_stats.h"
-#include "tools/span_md_open.h"
+#include "test/harness/span_stats.h"
+#include "test/harness/span_md_open.h"
 
 #include <uct/api/uct.h>
 

@@ -9,8 +9,8 @@
  * a table.
  */
 extern "C" {
-#include "tools/span_gpu.h"
-#include "tools/span_pair.h"
+#include "test/harness/span_gpu.h"
+#include "test/harness/span_pair.h"
 }
 
 #include <gtest/gtest.h>

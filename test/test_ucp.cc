@@ -3,7 +3,7 @@
  * within one (self+), every byte checked where it landed, and the same over
  * the native transports as a control.
  */
-#include "tools/span_pair.h"
+#include "test/harness/span_pair.h"
 #include "test_deadline.h"
 #include "test_log.h"
 

@@ -4,9 +4,9 @@
  * would check: did the transfer succeed, did every byte land where it
  * should (and nowhere else), how fast was it.
  */
-#include "span_gpu.h"
-#include "span_pair.h"
-#include "span_stats.h"
+#include "test/harness/span_gpu.h"
+#include "test/harness/span_pair.h"
+#include "test/harness/span_stats.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -56,7 +56,7 @@ extern "C" ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
     memset(map, 0, sizeof(*map));
     map->pid    = getpid();
     map->pid_ns = span_spill_pid_ns();
-    map->base   = 0x7000000000ull + (uint64_t)(++imports << 30);
+    map->base   = 0x7000000000ull + ((uint64_t)++imports << 30);
     return UCS_OK;
 }
 

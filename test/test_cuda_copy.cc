@@ -417,6 +417,23 @@ TEST_F(cuda_copy, no_context_switch_where_the_right_one_is_current)
     span_cuda_copy_progress(m_copy);
 }
 
+TEST_F(cuda_copy, a_device_beyond_the_engine_is_refused)
+{
+    counted_comp a;
+    log_counter log;
+
+    init(&a);
+    drv.device_of[(uintptr_t)m_local.data()] = 64;
+    EXPECT_EQ(UCS_ERR_NO_DEVICE, put(0, 64, &a.super));
+    drv.device_of.erase((uintptr_t)m_local.data()); /* host memory */
+    m_map.device = 70;
+    EXPECT_EQ(UCS_ERR_NO_DEVICE, put(0, 64, &a.super));
+    EXPECT_EQ(2u, log_counter::count("beyond the 64"));
+    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    EXPECT_EQ(0, a.calls);
+    EXPECT_EQ(0, drv.streams);
+}
+
 TEST_F(cuda_copy, nothing_to_move_completes_at_once)
 {
     counted_comp a;

@@ -107,11 +107,15 @@ static ucs_status_t span_cuda_copy_device(span_cuda_copy_t *copy,
                               CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     int device;
 
-    if ((span_libcuda.cuPointerGetAttribute(
-                 &device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                 (CUdeviceptr)local) != CUDA_SUCCESS) ||
-        (device < 0) || (device >= SPAN_CUDA_COPY_MAX_DEVICES)) {
+    if (span_libcuda.cuPointerGetAttribute(
+                &device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                (CUdeviceptr)local) != CUDA_SUCCESS) {
         device = map->device; /* host memory: the device of the mapping */
+    }
+    if ((device < 0) || (device >= SPAN_CUDA_COPY_MAX_DEVICES)) {
+        ucs_error("span cuda copy: device %d is beyond the %d a copy engine "
+                  "serves", device, SPAN_CUDA_COPY_MAX_DEVICES);
+        return UCS_ERR_NO_DEVICE;
     }
     if ((copy->dev[device].stream == NULL) &&
         (span_cuda_copy_stream(copy, device) != UCS_OK)) {

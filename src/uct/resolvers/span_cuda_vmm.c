@@ -258,7 +258,7 @@ ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
         }
     }
     span_cuda_vmm_ctx_leave(map->device, pushed);
-    map->devices  = 1ull << map->device;
+    map->devices  = (map->device < 64) ? (1ull << map->device) : 0;
     map->base     = va;
     map->length   = geom->length;
     map->keys_sum = span_rkey_hash(keys, (size_t)geom->num_chunks * K);

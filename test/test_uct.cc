@@ -12,6 +12,7 @@ extern "C" {
 #include "span_rkey.h"
 }
 #include "test_log.h"
+#include "test_uct_util.h"
 
 #include <gtest/gtest.h>
 #include <array>
@@ -31,27 +32,6 @@ extern "C" {
 
 namespace {
 
-uct_component_h find_component(const char *name)
-{
-    uct_component_h *components;
-    unsigned count;
-    uct_component_h found = NULL;
-
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (unsigned i = 0; i < count; ++i) {
-        uct_component_attr_t attr;
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
-            !strcmp(attr.name, name)) {
-            found = components[i];
-        }
-    }
-    uct_release_component_list(components);
-    return found;
-}
-
 std::vector<std::string> md_names(uct_component_h component)
 {
     uct_component_attr_t attr;
@@ -66,27 +46,6 @@ std::vector<std::string> md_names(uct_component_h component)
         names.push_back(r.md_name);
     }
     return names;
-}
-
-typedef std::vector<std::pair<std::string, std::string>> md_options_t;
-
-uct_md_h open_md(uct_component_h component, const char *name,
-                 const md_options_t &options = {})
-{
-    uct_md_config_t *config;
-    uct_md_h md = NULL;
-    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
-        return NULL;
-    }
-    for (auto &o : options) {
-        EXPECT_EQ(UCS_OK, uct_config_modify(config, o.first.c_str(),
-                                            o.second.c_str())) << o.first;
-    }
-    if (uct_md_open(component, name, config, &md) != UCS_OK) {
-        md = NULL;
-    }
-    uct_config_release(config);
-    return md;
 }
 
 struct completion {
@@ -168,35 +127,10 @@ protected:
         ASSERT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
                                             &worker));
 
-        uct_iface_config_t *config;
-        ASSERT_EQ(UCS_OK, uct_md_iface_config_read(md, tl.c_str(), NULL, NULL,
-                                                   &config));
-        uct_iface_params_t params = {};
-        params.field_mask         = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                    UCT_IFACE_PARAM_FIELD_DEVICE;
-        params.open_mode          = UCT_IFACE_OPEN_MODE_DEVICE;
-        params.mode.device.tl_name  = tl.c_str();
-        params.mode.device.dev_name = "memory";
-        ucs_status_t status = uct_iface_open(md, worker, &params, config,
-                                             &iface);
-        uct_config_release(config);
-        ASSERT_EQ(UCS_OK, status);
+        ASSERT_EQ(UCS_OK, open_iface(md, worker, tl.c_str(), "memory", NULL,
+                                     &iface));
         ASSERT_EQ(UCS_OK, uct_iface_query(iface, &iface_attr));
-
-        std::vector<char> dev(iface_attr.device_addr_len + 1);
-        std::vector<char> ifa(iface_attr.iface_addr_len + 1);
-        ASSERT_EQ(UCS_OK, uct_iface_get_device_address(
-                (uct_iface_h)iface, (uct_device_addr_t*)dev.data()));
-        ASSERT_EQ(UCS_OK, uct_iface_get_address(
-                iface, (uct_iface_addr_t*)ifa.data()));
-        uct_ep_params_t ep_params = {};
-        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                               UCT_EP_PARAM_FIELD_DEV_ADDR |
-                               UCT_EP_PARAM_FIELD_IFACE_ADDR;
-        ep_params.iface      = iface;
-        ep_params.dev_addr   = (uct_device_addr_t*)dev.data();
-        ep_params.iface_addr = (uct_iface_addr_t*)ifa.data();
-        ASSERT_EQ(UCS_OK, uct_ep_create(&ep_params, &ep));
+        ASSERT_EQ(UCS_OK, connect_to_self(iface, &ep));
 
         /* remote buffer: the first half is registered, the second is a
          * guard that no op may touch */
@@ -501,34 +435,8 @@ struct twin_side {
                 UCS_ASYNC_MODE_THREAD_SPINLOCK, &async));
         EXPECT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
                                             &worker));
-        uct_iface_config_t *config;
-        EXPECT_EQ(UCS_OK, uct_md_iface_config_read(md, tl, NULL, NULL,
-                                                   &config));
-        uct_iface_params_t params   = {};
-        params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                      UCT_IFACE_PARAM_FIELD_DEVICE;
-        params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-        params.mode.device.tl_name  = tl;
-        params.mode.device.dev_name = "memory";
-        EXPECT_EQ(UCS_OK, uct_iface_open(md, worker, &params, config,
-                                         &iface));
-        uct_config_release(config);
-        uct_iface_attr_t attr;
-        EXPECT_EQ(UCS_OK, uct_iface_query(iface, &attr));
-        std::vector<char> dev(attr.device_addr_len + 1);
-        std::vector<char> ifa(attr.iface_addr_len + 1);
-        EXPECT_EQ(UCS_OK, uct_iface_get_device_address(
-                iface, (uct_device_addr_t*)dev.data()));
-        EXPECT_EQ(UCS_OK, uct_iface_get_address(
-                iface, (uct_iface_addr_t*)ifa.data()));
-        uct_ep_params_t ep_params = {};
-        ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                               UCT_EP_PARAM_FIELD_DEV_ADDR |
-                               UCT_EP_PARAM_FIELD_IFACE_ADDR;
-        ep_params.iface      = iface;
-        ep_params.dev_addr   = (uct_device_addr_t*)dev.data();
-        ep_params.iface_addr = (uct_iface_addr_t*)ifa.data();
-        EXPECT_EQ(UCS_OK, uct_ep_create(&ep_params, &ep));
+        EXPECT_EQ(UCS_OK, open_iface(md, worker, tl, "memory", NULL, &iface));
+        EXPECT_EQ(UCS_OK, connect_to_self(iface, &ep));
         uct_md_attr_t md_attr;
         EXPECT_EQ(UCS_OK, uct_md_query(md, &md_attr));
         EXPECT_EQ(UCS_OK, uct_md_mem_reg(md, word, sizeof(word),
@@ -1304,36 +1212,15 @@ protected:
 
     ucs_status_t open(uct_iface_h *iface_p, uct_worker_h on = NULL)
     {
-        uct_iface_params_t params   = {};
-        params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                      UCT_IFACE_PARAM_FIELD_DEVICE;
-        params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-        params.mode.device.tl_name  = "self+";
-        params.mode.device.dev_name = "memory";
-        return uct_iface_open(md, (on != NULL) ? on : worker, &params,
-                              config, iface_p);
+        return open_iface(md, (on != NULL) ? on : worker, "self+", "memory",
+                          config, iface_p);
     }
 
     /* A put_short through a new ep of iface lands in buf */
     void put(uct_iface_h iface, uint64_t value)
     {
-        uct_iface_attr_t attr;
-        ASSERT_EQ(UCS_OK, uct_iface_query(iface, &attr));
-        std::vector<char> dev(attr.device_addr_len + 1);
-        std::vector<char> ifa(attr.iface_addr_len + 1);
-        ASSERT_EQ(UCS_OK, uct_iface_get_device_address(
-                iface, (uct_device_addr_t*)dev.data()));
-        ASSERT_EQ(UCS_OK, uct_iface_get_address(
-                iface, (uct_iface_addr_t*)ifa.data()));
-        uct_ep_params_t params = {};
-        params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                            UCT_EP_PARAM_FIELD_DEV_ADDR |
-                            UCT_EP_PARAM_FIELD_IFACE_ADDR;
-        params.iface      = iface;
-        params.dev_addr   = (uct_device_addr_t*)dev.data();
-        params.iface_addr = (uct_iface_addr_t*)ifa.data();
         uct_ep_h ep;
-        ASSERT_EQ(UCS_OK, uct_ep_create(&params, &ep));
+        ASSERT_EQ(UCS_OK, connect_to_self(iface, &ep));
         EXPECT_EQ(UCS_OK, uct_ep_put_short(ep, &value, sizeof(value),
                                            (uintptr_t)&buf[8], rkey.rkey));
         uct_ep_destroy(ep);

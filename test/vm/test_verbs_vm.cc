@@ -10,6 +10,8 @@
 #include <ucs/debug/log_def.h>
 #include <ucs/async/async_fwd.h>
 
+#include "../test_uct_util.h"
+
 #include <gtest/gtest.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
@@ -32,48 +34,6 @@ std::string dev_name()
 {
     const char *d = getenv("SPAN_VM_DEV");
     return d ? d : "rxe0";
-}
-
-uct_component_h find_component(const char *name)
-{
-    uct_component_h *components, found = NULL;
-    unsigned count;
-
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (unsigned i = 0; i < count; ++i) {
-        uct_component_attr_t attr;
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
-            !strcmp(attr.name, name)) {
-            found = components[i];
-        }
-    }
-    uct_release_component_list(components);
-    return found;
-}
-
-typedef std::vector<std::pair<std::string, std::string>> md_options_t;
-
-uct_md_h open_md(uct_component_h component, const std::string &name,
-                 const md_options_t &options = {})
-{
-    uct_md_config_t *config;
-    uct_md_h md = NULL;
-
-    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
-        return NULL;
-    }
-    for (auto &o : options) {
-        EXPECT_EQ(UCS_OK, uct_config_modify(config, o.first.c_str(),
-                                            o.second.c_str())) << o.first;
-    }
-    if (uct_md_open(component, name.c_str(), config, &md) != UCS_OK) {
-        md = NULL;
-    }
-    uct_config_release(config);
-    return md;
 }
 
 /* Bytes of memory pinned by this process, as the kernel accounts them for
@@ -189,20 +149,9 @@ protected:
 
     void open_iface(const std::string &tl, uct_iface_h *iface_p)
     {
-        uct_iface_config_t *config;
         std::string dev = dev_name() + ":1";
-        ASSERT_EQ(UCS_OK, uct_md_iface_config_read(md, tl.c_str(), NULL, NULL,
-                                                   &config));
-        uct_iface_params_t params   = {};
-        params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                      UCT_IFACE_PARAM_FIELD_DEVICE;
-        params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-        params.mode.device.tl_name  = tl.c_str();
-        params.mode.device.dev_name = dev.c_str();
-        ucs_status_t status = uct_iface_open(md, worker, &params, config,
-                                             iface_p);
-        uct_config_release(config);
-        ASSERT_EQ(UCS_OK, status);
+        ASSERT_EQ(UCS_OK, ::open_iface(md, worker, tl.c_str(), dev.c_str(),
+                                       NULL, iface_p));
         /* completions of a verbs transport come only from progress */
         uct_iface_progress_enable(*iface_p,
                                   UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);

@@ -1,0 +1,115 @@
+/* What the UCT-level tests (test_uct.cc, vm/test_verbs_vm.cc) open alike:
+ * components, MDs, device ifaces and an ep of an iface to itself */
+#ifndef SPAN_TEST_UCT_UTIL_H_
+#define SPAN_TEST_UCT_UTIL_H_
+
+#include <uct/api/uct.h>
+
+#include <gtest/gtest.h>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+inline uct_component_h find_component(const char *name)
+{
+    uct_component_h *components, found = NULL;
+    unsigned count;
+
+    if (uct_query_components(&components, &count) != UCS_OK) {
+        return NULL;
+    }
+    for (unsigned i = 0; i < count; ++i) {
+        uct_component_attr_t attr;
+        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
+            !strcmp(attr.name, name)) {
+            found = components[i];
+        }
+    }
+    uct_release_component_list(components);
+    return found;
+}
+
+typedef std::vector<std::pair<std::string, std::string>> md_options_t;
+
+/* NULL where the MD does not open */
+inline uct_md_h open_md(uct_component_h component, const std::string &name,
+                        const md_options_t &options = {})
+{
+    uct_md_config_t *config;
+    uct_md_h md = NULL;
+
+    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
+        return NULL;
+    }
+    for (auto &o : options) {
+        EXPECT_EQ(UCS_OK, uct_config_modify(config, o.first.c_str(),
+                                            o.second.c_str())) << o.first;
+    }
+    if (uct_md_open(component, name.c_str(), config, &md) != UCS_OK) {
+        md = NULL;
+    }
+    uct_config_release(config);
+    return md;
+}
+
+/* The iface of transport tl on device dev, with config (read from md for tl
+ * where NULL) */
+inline ucs_status_t open_iface(uct_md_h md, uct_worker_h worker,
+                               const char *tl, const char *dev,
+                               uct_iface_config_t *config,
+                               uct_iface_h *iface_p)
+{
+    uct_iface_config_t *own = NULL;
+    uct_iface_params_t params   = {};
+    ucs_status_t status;
+
+    if (config == NULL) {
+        status = uct_md_iface_config_read(md, tl, NULL, NULL, &own);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                                  UCT_IFACE_PARAM_FIELD_DEVICE;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = tl;
+    params.mode.device.dev_name = dev;
+    status = uct_iface_open(md, worker, &params, own ? own : config, iface_p);
+    if (own != NULL) {
+        uct_config_release(own);
+    }
+    return status;
+}
+
+/* An ep of iface to its own iface address */
+inline ucs_status_t connect_to_self(uct_iface_h iface, uct_ep_h *ep_p)
+{
+    uct_iface_attr_t attr;
+    ucs_status_t status = uct_iface_query(iface, &attr);
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    std::vector<char> dev(attr.device_addr_len + 1);
+    std::vector<char> ifa(attr.iface_addr_len + 1);
+    status = uct_iface_get_device_address(iface,
+                                          (uct_device_addr_t*)dev.data());
+    if (status == UCS_OK) {
+        status = uct_iface_get_address(iface, (uct_iface_addr_t*)ifa.data());
+    }
+    if (status != UCS_OK) {
+        return status;
+    }
+    uct_ep_params_t params = {};
+    params.field_mask      = UCT_EP_PARAM_FIELD_IFACE |
+                             UCT_EP_PARAM_FIELD_DEV_ADDR |
+                             UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    params.iface           = iface;
+    params.dev_addr        = (uct_device_addr_t*)dev.data();
+    params.iface_addr      = (uct_iface_addr_t*)ifa.data();
+    return uct_ep_create(&params, ep_p);
+}
+
+#endif

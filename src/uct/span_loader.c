@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SPAN_LOADER_IMPL "libspan_impl.so"
@@ -34,8 +35,7 @@ typedef void (*span_loader_log_func_t)(const char *file, unsigned line,
                                        ...);
 
 typedef struct span_loader_ucx {
-    char       dir[PATH_MAX];     /* libucs's directory */
-    size_t     dir_len;
+    char       dir[PATH_MAX];     /* libucs's directory, canonical */
     void       *libuct;           /* RTLD_NOLOAD handle, or NULL */
     span_loader_log_func_t log;
     void       *log_component;
@@ -53,13 +53,31 @@ typedef struct span_loader_ucx {
         } \
     } while (0)
 
+/* The canonical directory of a library as the dynamic loader named it:
+ * one library may be named by a relative path (LD_LIBRARY_PATH=lib) and
+ * the next by an absolute one (an RPATH of $ORIGIN) */
+static int span_loader_dir_of(const char *path, char *dir)
+{
+    const char *slash = strrchr(path, '/');
+    char name[PATH_MAX];
+
+    if ((slash == NULL) ||
+        (snprintf(name, sizeof(name), "%.*s", (int)(slash - path) + 1,
+                  path) >= (int)sizeof(name))) {
+        return 0;
+    }
+    return realpath(name, dir) != NULL;
+}
+
 static int span_loader_in_dir(const span_loader_ucx_t *ucx, const char *path,
                               const char *prefix)
 {
-    return (strncmp(path, ucx->dir, ucx->dir_len) == 0) &&
-           (path[ucx->dir_len] == '/') &&
-           (strncmp(path + ucx->dir_len + 1, prefix, strlen(prefix)) == 0) &&
-           (strchr(path + ucx->dir_len + 1, '/') == NULL);
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+
+    return (slash != NULL) &&
+           (strncmp(slash + 1, prefix, strlen(prefix)) == 0) &&
+           span_loader_dir_of(path, dir) && (strcmp(dir, ucx->dir) == 0);
 }
 
 /* Makes each UCX library of libucs's directory global; keeps libuct */
@@ -85,18 +103,14 @@ static int span_loader_promote_cb(struct dl_phdr_info *info, size_t size,
 static int span_loader_find_ucx(span_loader_ucx_t *ucx, const void *caller)
 {
     Dl_info info;
-    char *slash;
     void *libucs;
 
     if (!dladdr(caller, &info) || (info.dli_fname == NULL) ||
-        (strlen(info.dli_fname) >= sizeof(ucx->dir))) {
+        !span_loader_dir_of(info.dli_fname, ucx->dir)) {
         return 0;
     }
 
-    strcpy(ucx->dir, info.dli_fname);
-    slash        = strrchr(ucx->dir, '/');
-    ucx->dir_len = (slash == NULL) ? 0 : (size_t)(slash - ucx->dir);
-    libucs       = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    libucs = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
     if (libucs != NULL) {
         ucx->log           = (span_loader_log_func_t)dlsym(libucs,
                                                            "ucs_log_dispatch");
@@ -145,10 +159,10 @@ ucs_module_global_init(void)
     if ((ucx.libuct == NULL) ||
         (dlsym(RTLD_DEFAULT, "uct_md_open") != dlsym(ucx.libuct,
                                                      "uct_md_open"))) {
-        span_loader_warn(&ucx, "span: no libuct beside %.*s/libucs, or "
+        span_loader_warn(&ucx, "span: no libuct beside %s/libucs, or "
                          "another UCX's libuct comes first in the process's "
                          "global scope; libuct_span does not register",
-                         (int)ucx.dir_len, ucx.dir);
+                         ucx.dir);
         return UCS_ERR_UNSUPPORTED;
     }
 

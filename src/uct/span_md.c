@@ -484,6 +484,27 @@ static int span_md_may_share(const span_md_t *smd, const span_md_extent_t *ext)
     return smd->share || (ext->identity != 0);
 }
 
+/* Releases what a registration holds, its last user gone */
+static ucs_status_t span_memh_teardown(span_md_t *smd, span_memh_t *memh)
+{
+    ucs_status_t status;
+
+    span_memh_unpublish(memh);
+    status = span_md_chunks_dereg(smd, memh, memh->num_inner);
+    free(memh->entry.units);
+    free(memh);
+    return status;
+}
+
+/* The registry tears down a registration a thread's slot held when its
+ * last user released it (span_registry.h) */
+static void span_md_memh_destroy(span_registry_entry_t *entry)
+{
+    span_memh_t *memh = ucs_container_of(entry, span_memh_t, entry);
+
+    span_memh_teardown((span_md_t*)entry->owner, memh);
+}
+
 /*
  * Two caches sit on top of the inner MD: UCP's registration cache, which may
  * keep a twin handle registered after the application unmapped its buffer
@@ -514,10 +535,18 @@ static span_memh_t *span_md_registry_find(span_md_t *smd,
     return ucs_container_of(entry, span_memh_t, entry);
 }
 
-/* A buffer inside a device allocation registered already (a tensor of a
- * caching allocator's block) is served without walking the allocation:
- * one driver call checks that the memory there is still the allocation
- * that was registered. */
+static int span_md_unit_holds(const void *owner, uint64_t addr, uint64_t id)
+{
+    const span_md_t *smd = owner;
+    uint64_t now;
+
+    return (smd->cuda->buffer_id(addr, &now) == UCS_OK) && (now == id);
+}
+
+/* A buffer inside a device unit registered already (a tensor of a caching
+ * allocator's block, or of one VMM handle of a segment) is served without
+ * walking the allocation: one driver call checks that the memory there is
+ * still the unit that was registered. */
 static span_memh_t *span_md_registry_find_within(span_md_t *smd,
                                                  void *address, size_t length,
                                                  ucs_memory_type_t mtype,
@@ -531,14 +560,41 @@ static span_memh_t *span_md_registry_find_within(span_md_t *smd,
         return NULL;
     }
     entry = span_registry_find_within(smd, (uintptr_t)address, length, mtype,
-                                      span_cuda_identity_add(
-                                              SPAN_CUDA_IDENTITY_INIT, id),
-                                      caps);
-    if (entry == NULL) {
-        return NULL;
+                                      id, caps, span_md_unit_holds);
+    return (entry == NULL) ? NULL :
+                             ucs_container_of(entry, span_memh_t, entry);
+}
+
+/* Indexes the device units of a registration by their buffer ids, so that
+ * a buffer inside any of them finds it; UCS_ERR_NO_MEMORY leaves it
+ * unindexed, still shared by exact requests */
+static void span_md_registry_units(span_md_t *smd, span_memh_t *memh,
+                                   const span_md_extent_t *ext)
+{
+    span_registry_entry_t *entry = &memh->entry;
+    uint64_t start;
+    uint32_t i, n;
+
+    if ((ext->identity == 0) || (smd->cuda == NULL)) {
+        return;
     }
-    __atomic_add_fetch(&smd->stats.hits, 1, __ATOMIC_RELAXED);
-    return ucs_container_of(entry, span_memh_t, entry);
+    n            = (ext->unit_size == 0) ? 1 :
+                   ucs_div_round_up(ext->length, ext->unit_size);
+    entry->units = calloc(n, sizeof(*entry->units));
+    if (entry->units == NULL) {
+        ucs_warn("span md %p: no memory to index the %u units of [0x%" PRIx64
+                 ", +%" PRIu64 "): buffers inside them register anew", smd,
+                 n, ext->base, ext->length);
+        return;
+    }
+    for (i = 0; i < n; ++i) {
+        start = ext->base + (i * ext->unit_size);
+        if (smd->cuda->buffer_id(start, &entry->units[i].id) != UCS_OK) {
+            entry->units[i].id = 0; /* matches no request */
+        }
+    }
+    entry->num_units = n;
+    entry->unit_size = ext->unit_size;
 }
 
 /* Counts a new registration and enters it in the registry where it may be
@@ -559,6 +615,8 @@ static void span_md_registry_add(span_md_t *smd, span_memh_t *memh,
     memh->entry.mem_type = mtype;
     memh->entry.caps     = caps;
     memh->entry.stats    = &smd->stats;
+    memh->entry.destroy  = span_md_memh_destroy;
+    span_md_registry_units(smd, memh, ext);
     span_registry_add(&memh->entry);
 }
 
@@ -645,7 +703,6 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
 {
     span_md_t *smd = (span_md_t*)md;
     span_memh_t *memh;
-    ucs_status_t status;
 
     if (!(params->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH) ||
         (params->memh == NULL)) {
@@ -662,10 +719,7 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
     if ((memh->entry.owner != NULL) && !span_registry_release(&memh->entry)) {
         return UCS_OK; /* shared: others hold it still */
     }
-    span_memh_unpublish(memh);
-    status = span_md_chunks_dereg(smd, memh, memh->num_inner);
-    free(memh);
-    return status;
+    return span_memh_teardown(smd, memh);
 }
 
 static ucs_status_t
@@ -809,6 +863,7 @@ static void span_md_close(uct_md_h md)
 {
     span_md_t *smd = (span_md_t*)md;
 
+    span_registry_purge(smd); /* its stats too */
     ucs_info("span md %p (%s+): %" PRIu64 " registrations of %" PRIu64
              " chunks, %" PRIu64 " shared hits, %" PRIu64 " invalidations",
              smd, smd->inner_component->name, smd->stats.registrations,

@@ -2,7 +2,16 @@
  * Registry of the registrations of every twin MD: a request for a range
  * that a live registration covers exactly, and whose capabilities (access
  * flags) it has all, is served by it (refcounted), and a registration whose
- * memory was freed is never served again.
+ * memory was freed is never served again. A request for a buffer inside a
+ * device unit (a physical allocation or VMM handle) of any registration is
+ * served by it too, found by the unit's buffer id.
+ *
+ * Each thread keeps the unit of its last such hit in a slot of its own
+ * (span_registry.c): the next request inside it is served, and a reference
+ * the thread took there released, with no lock and no atomic
+ * read-modify-write. A registration another thread's slot holds when its
+ * users have released it is torn down when that thread next asks the
+ * registry anything, exits, or the owner closes (span_registry_purge).
  *
  * Invalidation only marks: the owners of a registration that went stale
  * keep their handle until they deregister it (their later use of it is
@@ -26,6 +35,19 @@ typedef struct span_registry_stats {
     uint64_t chunks;        /* inner registrations those made */
 } span_registry_stats_t;
 
+struct span_registry_entry;
+
+/* A device unit of an entry, indexed by its buffer id */
+typedef struct span_registry_unit {
+    ucs_hlist_link_t           link;
+    struct span_registry_entry *entry;
+    uint64_t                   id;
+} span_registry_unit_t;
+
+/* Tears down an entry its users released (the owner's deregistration);
+ * called without the registry's lock */
+typedef void (*span_registry_destroy_func_t)(struct span_registry_entry *entry);
+
 typedef struct span_registry_entry {
     ucs_list_link_t       list;        /* every entry, for wide events */
     ucs_hlist_link_t      by_start;    /* bucket of its start */
@@ -38,10 +60,23 @@ typedef struct span_registry_entry {
     uint64_t              identity; /* of the memory (CUDA buffer ids), 0 */
     unsigned              caps;     /* what the registration allows: it
                                        serves requests for a subset */
-    unsigned              refcount;
+    uint64_t              unit_size; /* of its units but the last; 0: one */
+    uint32_t              num_units; /* in units, indexed; 0: none */
+    span_registry_unit_t  *units;
+    int64_t               refcount;  /* taken under the lock, less those
+                                        released under it (threads' slots
+                                        count the rest: may be < 0) */
+    unsigned              pins;      /* slots that hold the entry */
     int                   valid;
+    int                   draining;  /* released while slots held it */
+    span_registry_destroy_func_t destroy;
     span_registry_stats_t *stats;
 } span_registry_entry_t;
+
+/* Whether the memory at addr is still the unit of that buffer id, as the
+ * entry's owner tells */
+typedef int (*span_registry_check_func_t)(const void *owner, uint64_t addr,
+                                          uint64_t id);
 
 /* A valid entry of owner for exactly this range and memory that has every
  * one of caps, with one more reference, or NULL. An entry of the range whose
@@ -51,21 +86,30 @@ span_registry_entry_t *span_registry_find(const void *owner, uint64_t start,
                                           ucs_memory_type_t mem_type,
                                           uint64_t identity, unsigned caps);
 
-/* A valid entry of owner that holds [start, start + length) whole, of this
- * identity (not 0), that has every one of caps, with one more reference, or
- * NULL */
+/* A valid entry of owner that holds [start, start + length) whole, whose
+ * unit at start has buffer id id, that has every one of caps, with one more
+ * reference, or NULL. The units past that one the range reaches are checked
+ * with check; one that holds other memory now makes the entry stale. */
 span_registry_entry_t *span_registry_find_within(const void *owner,
                                                  uint64_t start,
                                                  uint64_t length,
                                                  ucs_memory_type_t mem_type,
-                                                 uint64_t identity,
-                                                 unsigned caps);
+                                                 uint64_t id, unsigned caps,
+                                                 span_registry_check_func_t check);
 
-/* Lists an entry with one reference */
+/* Lists an entry with one reference, and its units (num_units of them, ids
+ * filled in) under their buffer ids */
 void span_registry_add(span_registry_entry_t *entry);
 
-/* Drops a reference; 1 when it was the last (the entry is unlisted) */
+/* Drops a reference; 1 when the caller tears the entry down (its last user
+ * released it and no slot holds it: it is unlisted). Otherwise an entry
+ * released by its last user is torn down through its destroy function by
+ * the thread whose slot held it last. */
 int span_registry_release(span_registry_entry_t *entry);
+
+/* Every slot that holds an entry of owner lets it go, and the entries
+ * their users released are torn down (before the owner closes) */
+void span_registry_purge(const void *owner);
 
 /* Whether the entry's memory is still there as far as events told */
 int span_registry_valid(span_registry_entry_t *entry);

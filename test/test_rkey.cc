@@ -9,6 +9,7 @@ extern "C" {
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <vector>
 
@@ -498,4 +499,142 @@ TEST(span_memh, a_buffer_outside_a_chunked_handle_has_no_inner_handle)
             EXPECT_EQ(0u, avail);
         }
     }
+}
+
+/*
+ * Span's VMM body: the units' keys less what the importer knows. Units
+ * exported together (consecutive descriptors and serials) take two bytes
+ * each, so that about 90 fit before anything spills.
+ */
+namespace {
+
+struct vmm_rkey {
+    span_rkey_desc_t                 desc = {};
+    std::vector<span_cuda_vmm_key_t> keys;
+    std::vector<uint8_t>             buf;
+
+    /* n units of 2 MiB; unit i has descriptor fd0 + fd_step * i */
+    vmm_rkey(uint32_t n, uint32_t fd0 = 120, uint32_t fd_step = 1)
+    {
+        desc.component_id = span_rkey_component_id("cuda_ipc");
+        desc.key_size     = sizeof(span_cuda_vmm_key_t);
+        desc.span_vmm     = 1;
+        EXPECT_EQ(UCS_OK, span_chunk_plan_from(&desc.geom, 0x7f4000000000ull,
+                                               n * (2ull << 20),
+                                               0x7f4000000000ull, 2ull << 20,
+                                               0, 0));
+        keys.resize(n);
+        for (uint32_t i = 0; i < n; ++i) {
+            keys[i].magic    = SPAN_CUDA_VMM_MAGIC;
+            keys[i].pid      = 4242;
+            keys[i].fd       = fd0 + (fd_step * i);
+            keys[i].table_fd = 7;
+            keys[i].size     = 2ull << 20;
+            keys[i].pid_ns   = 4026531836ull;
+            keys[i].serial   = 1000000 + i;
+            keys[i].table_id = 0x1122334455667788ull;
+        }
+    }
+
+    ucs_status_t pack()
+    {
+        size_t size;
+        buf.assign(SPAN_RKEY_MAX_SIZE, 0xee);
+        ucs_status_t status = span_rkey_pack(buf.data(), &desc, keys.data(),
+                                             &size);
+        if (status == UCS_OK) {
+            buf.resize(size);
+        }
+        return status;
+    }
+};
+
+} // namespace
+
+TEST(span_rkey_vmm, about_90_units_fit_inline_and_come_back_whole)
+{
+    uint32_t fit = 0;
+
+    for (uint32_t n = 1; n < 200; ++n) {
+        vmm_rkey r(n);
+        if (r.pack() != UCS_OK) {
+            EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, r.pack());
+            break;
+        }
+        fit = n;
+        span_rkey_desc_t out;
+        ASSERT_EQ(UCS_OK, span_rkey_parse(r.buf.data(), r.buf.size(), &out));
+        ASSERT_TRUE(out.span_vmm);
+        ASSERT_FALSE(out.spilled);
+        std::vector<span_cuda_vmm_key_t> keys(n);
+        ASSERT_EQ(UCS_OK, span_rkey_vmm_keys(&out, keys.data()));
+        for (uint32_t i = 0; i < n; ++i) {
+            ASSERT_EQ(0, memcmp(&keys[i], &r.keys[i], sizeof(keys[i])))
+                    << "unit " << i << " of " << n;
+        }
+    }
+    EXPECT_GE(fit, 88u);
+    EXPECT_LE(fit, 95u);
+    std::cout << "[ INFO     ] " << fit << " units of one export batch fit "
+              << "inline\n";
+}
+
+TEST(span_rkey_vmm, units_of_scattered_descriptors_do_not_fit)
+{
+    vmm_rkey r(70, 100, 1000); /* descriptors 1000 apart: 3 bytes a unit */
+
+    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, r.pack());
+    vmm_rkey fits(60, 100, 1000);
+    EXPECT_EQ(UCS_OK, fits.pack());
+}
+
+TEST(span_rkey_vmm, units_of_two_exporters_do_not_pack)
+{
+    vmm_rkey r(4);
+
+    r.keys[2].pid = 4343;
+    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, r.pack());
+}
+
+TEST(span_rkey_vmm, a_resealed_body_that_lies_is_refused)
+{
+    vmm_rkey r(10);
+    ASSERT_EQ(UCS_OK, r.pack());
+    const size_t body = r.buf.size() - SPAN_RKEY_HDR_SIZE;
+    std::vector<span_cuda_vmm_key_t> keys(10);
+    span_rkey_desc_t out;
+
+    /* a last varint that runs past the body */
+    auto bad = r.buf;
+    bad.back() |= 0x80;
+    reseal(bad, body);
+    ASSERT_EQ(UCS_OK, span_rkey_parse(bad.data(), bad.size(), &out));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_vmm_keys(&out, keys.data()));
+
+    /* a body longer than its units: bytes left over */
+    bad = r.buf;
+    bad.push_back(0);
+    bad[37] = body + 1;
+    reseal(bad, body + 1);
+    ASSERT_EQ(UCS_OK, span_rkey_parse(bad.data(), bad.size(), &out));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_vmm_keys(&out, keys.data()));
+
+    /* a descriptor driven negative */
+    bad    = r.buf;
+    bad[SPAN_RKEY_HDR_SIZE + 24] = 0x01; /* zigzag -1 for the first fd */
+    reseal(bad, body);
+    ASSERT_EQ(UCS_OK, span_rkey_parse(bad.data(), bad.size(), &out));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_vmm_keys(&out, keys.data()));
+
+    /* shorter than its head, and keys of another size */
+    bad     = r.buf;
+    bad[37] = 20;
+    reseal(bad, 20);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              span_rkey_parse(bad.data(), bad.size(), &out));
+    bad     = r.buf;
+    bad[36] = 40;
+    reseal(bad, body);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              span_rkey_parse(bad.data(), bad.size(), &out));
 }

@@ -40,17 +40,16 @@ int open_fds()
 } // namespace
 
 /* The import the cache calls, faked: the descriptor copies are real */
-extern "C" ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
+extern "C" ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                              const span_chunk_geom_t *geom,
                                              span_cuda_vmm_map_t *map,
                                              int *fds)
 {
     int pidfd = syscall(SYS_pidfd_open, getpid(), 0);
-    uint32_t fd, i;
+    uint32_t i;
 
     for (i = 0; i < geom->num_chunks; ++i) {
-        memcpy(&fd, keys + (i * K) + 8, sizeof(fd));
-        fds[i] = syscall(SYS_pidfd_getfd, pidfd, (int)fd, 0);
+        fds[i] = syscall(SYS_pidfd_getfd, pidfd, (int)keys[i].fd, 0);
     }
     close(pidfd);
     memset(map, 0, sizeof(*map));
@@ -69,8 +68,6 @@ namespace {
 
 class vmm_cache : public ::testing::Test {
 protected:
-    static constexpr size_t K = 40; /* cuda_ipc's key room */
-
     void SetUp() override
     {
         imports = unmaps = 0;
@@ -98,20 +95,18 @@ protected:
     }
 
     /* Keys of units with these descriptors, 2 MiB each */
-    std::vector<uint8_t> keys(const std::vector<int> &fds)
+    std::vector<span_cuda_vmm_key_t> keys(const std::vector<int> &fds)
     {
-        std::vector<uint8_t> k(K * fds.size(), 0);
-        uint64_t size = 2 << 20, ns = span_spill_pid_ns();
-        uint32_t head[4];
+        std::vector<span_cuda_vmm_key_t> k(fds.size());
 
         for (size_t i = 0; i < fds.size(); ++i) {
-            head[0] = 0x4d565053u;
-            head[1] = getpid();
-            head[2] = fds[i];
-            head[3] = 0;
-            memcpy(&k[i * K], head, sizeof(head));
-            memcpy(&k[i * K + 16], &size, sizeof(size));
-            memcpy(&k[i * K + 24], &ns, sizeof(ns));
+            k[i]        = {};
+            k[i].magic  = SPAN_CUDA_VMM_MAGIC;
+            k[i].pid    = getpid();
+            k[i].fd     = fds[i];
+            k[i].size   = 2 << 20;
+            k[i].pid_ns = span_spill_pid_ns();
+            k[i].serial = 1 + i;
         }
         return k;
     }
@@ -125,12 +120,12 @@ protected:
         return g;
     }
 
-    span_cuda_vmm_map_t *get(const std::vector<uint8_t> &k)
+    span_cuda_vmm_map_t *get(const std::vector<span_cuda_vmm_key_t> &k)
     {
-        span_chunk_geom_t g = geom(k.size() / K);
+        span_chunk_geom_t g = geom(k.size());
         span_cuda_vmm_map_t *map = NULL;
 
-        EXPECT_EQ(UCS_OK, span_cuda_vmm_cache_get(k.data(), K, &g, &map));
+        EXPECT_EQ(UCS_OK, span_cuda_vmm_cache_get(k.data(), &g, &map));
         return map;
     }
 
@@ -206,7 +201,7 @@ TEST_F(vmm_cache, a_number_used_again_is_another_unit)
 TEST_F(vmm_cache, unused_mappings_are_bounded)
 {
     const int n = SPAN_CUDA_VMM_CACHE_IDLE + 3;
-    std::vector<std::vector<uint8_t>> k;
+    std::vector<std::vector<span_cuda_vmm_key_t>> k;
 
     for (int i = 0; i < n; ++i) {
         k.push_back(keys({export_unit()}));

@@ -5,6 +5,7 @@
  */
 #include "span_ucm.h"
 #include "span_registry.h"
+#include "resolvers/span_cuda_vmm_export.h"
 
 #include <ucm/api/ucm.h>
 #include <ucs/debug/log_def.h>
@@ -24,6 +25,9 @@ static void span_ucm_event(ucm_event_type_t event_type, ucm_event_t *event,
     } else if (event_type == UCM_EVENT_MEM_TYPE_FREE) {
         span_registry_invalidate((uintptr_t)event->mem_type.address,
                                  event->mem_type.size);
+        /* the unit's memory may go only once no descriptor holds it */
+        span_cuda_vmm_export_invalidate((uintptr_t)event->mem_type.address,
+                                        event->mem_type.size);
     }
 }
 

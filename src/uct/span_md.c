@@ -220,7 +220,7 @@ static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
 
     if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
         strcmp(smd->inner_component->name, SPAN_CUDA_IPC_COMPONENT) ||
-        (K < SPAN_CUDA_VMM_KEY_SIZE)) {
+        (K < sizeof(type))) {
         return 0;
     }
     for (i = 0; i < memh->geom.num_chunks; ++i) {
@@ -235,46 +235,46 @@ static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
 static void span_md_vmm_unexport(span_memh_t *memh, uint32_t count)
 {
     while (count-- > 0) {
-        span_cuda_vmm_unexport(memh->vmm_fds[count]);
+        span_cuda_vmm_export_put(memh->vmm_exports[count]);
     }
-    free(memh->vmm_fds);
-    memh->vmm_fds = NULL;
+    free(memh->vmm_exports);
+    memh->vmm_exports = NULL;
 }
 
-/* Replaces the keys with span's own keys of the units, exported, one
- * driver round trip per unit; UCS_ERR_UNSUPPORTED (keys untouched) where a
- * unit cannot be shared */
+/* Span's own keys of the units, exported or sharing the export another
+ * registration made (span_cuda_vmm_export.h), into *keys_p; at most one
+ * driver round trip per unit. UCS_ERR_UNSUPPORTED where a unit cannot be
+ * shared. */
 static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
-                                       uint8_t *keys)
+                                       span_cuda_vmm_key_t **keys_p)
 {
-    size_t K = smd->inner_attr.rkey_packed_size;
+    uint32_t n = memh->geom.num_chunks;
     uint64_t start, length;
+    span_cuda_vmm_key_t *keys;
     ucs_status_t status;
-    uint8_t *exported;
     uint32_t i;
 
-    memh->vmm_fds = calloc(memh->geom.num_chunks, sizeof(int));
-    exported      = malloc(K * memh->geom.num_chunks);
-    if ((memh->vmm_fds == NULL) || (exported == NULL)) {
-        free(exported);
+    memh->vmm_exports = calloc(n, sizeof(*memh->vmm_exports));
+    keys              = calloc(n, sizeof(*keys));
+    if ((memh->vmm_exports == NULL) || (keys == NULL)) {
+        free(keys);
         span_md_vmm_unexport(memh, 0);
         return UCS_ERR_NO_MEMORY;
     }
-    for (i = 0; i < memh->geom.num_chunks; ++i) {
+    for (i = 0; i < n; ++i) {
         span_chunk_range(&memh->geom, i, &start, &length);
-        status = span_cuda_vmm_export(start, length, exported + (i * K), K,
-                                      &memh->vmm_fds[i]);
+        status = span_cuda_vmm_export_get(&smd->vmm_export_ops, start, length,
+                                          &keys[i], &memh->vmm_exports[i]);
         if (status != UCS_OK) {
             span_md_vmm_unexport(memh, i);
-            free(exported);
+            free(keys);
             return status;
         }
     }
-    memcpy(keys, exported, K * memh->geom.num_chunks);
-    free(exported);
     ucs_debug("span md %p: cuda_ipc cannot export the %u VMM units of [0x%"
-              PRIx64 ", +%" PRIu64 "): span exports them", smd,
-              memh->geom.num_chunks, memh->geom.base, memh->geom.length);
+              PRIx64 ", +%" PRIu64 "): span exports them", smd, n,
+              memh->geom.base, memh->geom.length);
+    *keys_p = keys;
     return UCS_OK;
 }
 
@@ -285,9 +285,32 @@ static void span_memh_unpublish(span_memh_t *memh)
     if (memh->spilled) {
         span_spill_remove(&memh->spill);
     }
-    if (memh->vmm_fds != NULL) {
+    if (memh->vmm_exports != NULL) {
         span_md_vmm_unexport(memh, memh->geom.num_chunks);
     }
+}
+
+/* The span rkey of units span exports, in place of cuda_ipc's keys */
+static ucs_status_t span_md_vmm_pack(span_md_t *smd, span_memh_t *memh,
+                                     span_rkey_desc_t *desc,
+                                     size_t *rkey_size_p)
+{
+    span_cuda_vmm_key_t *keys;
+    ucs_status_t status;
+
+    status = span_md_vmm_export(smd, memh, &keys);
+    if (status != UCS_OK) {
+        return status;
+    }
+    desc->span_vmm = 1;
+    desc->key_size = sizeof(*keys);
+    status         = span_md_pack(smd, memh, desc, (const uint8_t*)keys,
+                                  rkey_size_p);
+    free(keys);
+    if (status != UCS_OK) {
+        span_md_vmm_unexport(memh, memh->geom.num_chunks);
+    }
+    return status;
 }
 
 /* Packs the inner key of every chunk and the span rkey, once: a region
@@ -330,18 +353,13 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
         }
     }
 
+    status = UCS_ERR_UNSUPPORTED;
     if (span_md_vmm_needs_export(smd, memh, mtype, keys)) {
-        /* memory that cannot be shared keeps cuda_ipc's keys: UCP stages */
-        status = span_md_vmm_export(smd, memh, keys);
-        if (status == UCS_OK) {
-            desc.span_vmm = 1;
-        } else if (status != UCS_ERR_UNSUPPORTED) {
-            goto out;
-        }
+        status = span_md_vmm_pack(smd, memh, &desc, &rkey_size);
     }
-    status = span_md_pack(smd, memh, &desc, keys, &rkey_size);
-    if ((status != UCS_OK) && (memh->vmm_fds != NULL)) {
-        span_md_vmm_unexport(memh, memh->geom.num_chunks);
+    if (status == UCS_ERR_UNSUPPORTED) {
+        /* memory that cannot be shared keeps cuda_ipc's keys: UCP stages */
+        status = span_md_pack(smd, memh, &desc, keys, &rkey_size);
     }
     memh->rkey_size = rkey_size;
 out:
@@ -1101,6 +1119,9 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         if (smd->cuda == NULL) {
             ucs_diag("span: md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
+        } else {
+            smd->vmm_export_ops.buffer_id = smd->cuda->buffer_id;
+            smd->vmm_export_ops.export_fd = span_cuda_vmm_export_fd;
         }
     }
 

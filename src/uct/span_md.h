@@ -9,6 +9,7 @@
 #include "span_registry.h"
 #include "span_rkey.h"
 #include "resolvers/span_cuda.h"
+#include "resolvers/span_cuda_vmm_export.h"
 
 typedef struct span_md_config {
     uct_md_config_t super;
@@ -40,6 +41,7 @@ typedef struct span_md {
     int              share;            /* memory events seen: registrations
                                           of a range are shared */
     const span_cuda_ops_t *cuda;       /* resolves device memory, or NULL */
+    span_cuda_vmm_export_ops_t vmm_export_ops; /* where cuda is set */
     span_cuda_widen_limits_t widen;    /* max_bytes 0: registrations of one
                                           VMM handle are not widened */
     int              spill;            /* UCS_YES: always, UCS_TRY: keys
@@ -60,7 +62,7 @@ typedef struct span_memh {
     uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */
     int               spilled;    /* the keys are in the spill slot */
     span_rkey_spill_t spill;
-    int               *vmm_fds;   /* units span exported, or NULL */
+    span_cuda_vmm_export_t **vmm_exports; /* units span exports, or NULL */
     uint32_t          num_inner;  /* 0 where the inner MD does not register */
     uct_mem_h         inner[];
 } span_memh_t;

@@ -1,6 +1,7 @@
 /*
- * Span rkey, wire format version 3 (2 had no pid_ns in the spill body, and
- * span's VMM unit keys were 24 bytes). All integers are little-endian.
+ * Span rkey, wire format version 4 (3 carried span's VMM unit keys in the
+ * room of inner keys, so that two never fitted; 2 had no pid_ns in the
+ * spill body). All integers are little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
@@ -21,8 +22,11 @@
  *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
  *   32      4     unit_pages     hard boundaries at multiples of this many
  *                                pages (absolute addresses); 0: none
- *   36      1     key_size       K, bytes of one inner key (<= 209)
- *   37      1     num_varying    v, key bytes that differ between keys
+ *   36      1     key_size       K, bytes of one inner key (<= 209); with
+ *                                SPAN_VMM, SPAN_CUDA_VMM_KEY_SIZE
+ *   37      1     num_varying    v, key bytes that differ between keys;
+ *                                with SPAN_VMM and not SPILL, the body's
+ *                                length in bytes
  *   38      4     hdr_checksum   FNV-1a 32 of bytes [0, 38)
  *   42      4     checksum       FNV-1a 32 of bytes [0, 38) then the body
  *   46            inline body (SPILL clear), absent when K = 0:
@@ -31,6 +35,17 @@
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
+ *   46            VMM body (SPAN_VMM set, SPILL clear), the units' keys
+ *                 (span_cuda_vmm.h) less what the importer knows:
+ *                 +0  4  pid       the exporter
+ *                 +4  4  table_fd  its export table's descriptor
+ *                 +8  8  pid_ns
+ *                 +16 8  table_id
+ *                 +24    per unit, in order: fd and serial, each as the
+ *                        zigzag LEB128 varint of its difference from the
+ *                        previous unit's (from 0 for the first): units
+ *                        exported together take one byte each, so about
+ *                        90 fit; sizes come from the geometry
  *   46            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
@@ -53,7 +68,9 @@
  * two or three): with K = 8, v = 4 and 2 GiB chunks overlapping by 4 MiB,
  * 51 keys fit, 101.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 26, 51.9 GiB.
  * Keys too large for that (cuda_ipc's are 192 bytes: even two never fit)
- * spill on transports that only reach their own node.
+ * spill on transports that only reach their own node; so do VMM units
+ * whose varints outgrow the 209 bytes (whole keys of
+ * SPAN_CUDA_VMM_KEY_SIZE bytes in the slot).
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
  * key instead of an access to the wrong bytes; they do not stop a peer that
@@ -147,11 +164,125 @@ static size_t span_rkey_body_size(unsigned flags, size_t key_size,
     if (flags & SPAN_RKEY_FLAG_SPILL) {
         return SPAN_RKEY_SPILL_SIZE;
     }
+    if (flags & SPAN_RKEY_FLAG_SPAN_VMM) {
+        return num_varying;
+    }
     if ((key_size == 0) || (num_chunks == 1)) {
         return key_size;
     }
     return key_size + span_rkey_mask_size(key_size) +
            ((size_t)(num_chunks - 1) * num_varying);
+}
+
+#define SPAN_RKEY_VMM_HEAD   24
+#define SPAN_RKEY_VARINT_MAX 10 /* bytes of a 64-bit LEB128 */
+
+/* Appends value, zigzag LEB128, if it fits before end; the next byte or
+ * NULL */
+static uint8_t *span_rkey_put_varint(uint8_t *p, const uint8_t *end,
+                                     int64_t delta)
+{
+    uint64_t value = ((uint64_t)delta << 1) ^ (uint64_t)(delta >> 63);
+
+    do {
+        if (p == end) {
+            return NULL;
+        }
+        *(p++) = (value & 0x7f) | ((value > 0x7f) ? 0x80 : 0);
+        value >>= 7;
+    } while (value != 0);
+    return p;
+}
+
+/* Reads one from [*p_p, end); 0 where it runs past end or over 64 bits */
+static int span_rkey_get_varint(const uint8_t **p_p, const uint8_t *end,
+                                int64_t *delta_p)
+{
+    const uint8_t *p = *p_p;
+    uint64_t value   = 0;
+    unsigned i;
+
+    for (i = 0; (i < SPAN_RKEY_VARINT_MAX) && (p < end); ++i) {
+        value |= (uint64_t)(*p & 0x7f) << (7 * i);
+        if (!(*(p++) & 0x80)) {
+            *delta_p = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+            *p_p     = p;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The VMM body of n unit keys into [out, end): its size, 0 where it does
+ * not fit or the keys are not of one exporter and table */
+static size_t span_rkey_pack_vmm(uint8_t *out, const uint8_t *end,
+                                 const span_cuda_vmm_key_t *keys, uint32_t n)
+{
+    uint8_t *p = out + SPAN_RKEY_VMM_HEAD;
+    uint64_t fd = 0, serial = 0;
+    uint32_t i;
+
+    if (end - out < SPAN_RKEY_VMM_HEAD) {
+        return 0;
+    }
+    span_rkey_put(out + 0, keys[0].pid, 4);
+    span_rkey_put(out + 4, keys[0].table_fd, 4);
+    span_rkey_put(out + 8, keys[0].pid_ns, 8);
+    span_rkey_put(out + 16, keys[0].table_id, 8);
+    for (i = 0; (i < n) && (p != NULL); ++i) {
+        if ((keys[i].pid != keys[0].pid) ||
+            (keys[i].table_fd != keys[0].table_fd) ||
+            (keys[i].pid_ns != keys[0].pid_ns) ||
+            (keys[i].table_id != keys[0].table_id)) {
+            return 0;
+        }
+        p = span_rkey_put_varint(p, end, (int64_t)(keys[i].fd - fd));
+        if (p != NULL) {
+            p = span_rkey_put_varint(p, end,
+                                     (int64_t)(keys[i].serial - serial));
+        }
+        fd     = keys[i].fd;
+        serial = keys[i].serial;
+    }
+    return (p == NULL) ? 0 : (size_t)(p - out);
+}
+
+ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
+                                span_cuda_vmm_key_t *keys)
+{
+    const uint8_t *p   = desc->key0 + SPAN_RKEY_VMM_HEAD;
+    const uint8_t *end = desc->key0 + desc->num_varying;
+    int64_t fd = 0, serial = 0, d_fd, d_serial;
+    uint64_t start, length;
+    uint32_t i;
+
+    for (i = 0; i < desc->geom.num_chunks; ++i) {
+        if (!span_rkey_get_varint(&p, end, &d_fd) ||
+            !span_rkey_get_varint(&p, end, &d_serial)) {
+            break;
+        }
+        fd     += d_fd;
+        serial += d_serial;
+        if ((fd < 0) || (fd > INT32_MAX)) {
+            break;
+        }
+        span_chunk_range(&desc->geom, i, &start, &length);
+        keys[i].magic    = SPAN_CUDA_VMM_MAGIC;
+        keys[i].pid      = span_rkey_get(desc->key0 + 0, 4);
+        keys[i].fd       = fd;
+        keys[i].table_fd = span_rkey_get(desc->key0 + 4, 4);
+        keys[i].size     = length;
+        keys[i].pid_ns   = span_rkey_get(desc->key0 + 8, 8);
+        keys[i].serial   = serial;
+        keys[i].table_id = span_rkey_get(desc->key0 + 16, 8);
+    }
+    if ((i < desc->geom.num_chunks) || (p != end)) {
+        ucs_error("span rkey %p: its %u-byte VMM body does not encode %u "
+                  "units (unit %u is cut short or out of range)", desc->key0,
+                  desc->num_varying, desc->geom.num_chunks, i);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
 }
 
 static int span_rkey_mask_bit(const uint8_t *mask, size_t b)
@@ -273,9 +404,21 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
 
     if (desc->span_vmm) {
         flags |= SPAN_RKEY_FLAG_SPAN_VMM;
+        if (K != SPAN_CUDA_VMM_KEY_SIZE) {
+            return UCS_ERR_INVALID_PARAM;
+        }
     }
     if (desc->spilled) {
         flags |= SPAN_RKEY_FLAG_SPILL;
+    } else if (desc->span_vmm) {
+        num_varying = span_rkey_pack_vmm(p + SPAN_RKEY_HDR_SIZE,
+                                         p + SPAN_RKEY_MAX_SIZE, keys,
+                                         geom->num_chunks);
+        if (num_varying == 0) {
+            ucs_debug("span rkey: %u VMM units do not fit in %d bytes",
+                      geom->num_chunks, SPAN_RKEY_MAX_SIZE);
+            return UCS_ERR_EXCEEDS_LIMIT;
+        }
     } else {
         num_varying = span_rkey_varying(keys, K, geom->num_chunks, mask);
     }
@@ -305,7 +448,7 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
 
     if (flags & SPAN_RKEY_FLAG_SPILL) {
         span_rkey_pack_spill(p + SPAN_RKEY_HDR_SIZE, &desc->spill);
-    } else {
+    } else if (!desc->span_vmm) { /* the VMM body is written */
         span_rkey_pack_inline(p + SPAN_RKEY_HDR_SIZE, keys, K,
                               geom->num_chunks, mask);
     }
@@ -448,8 +591,16 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
     body_size          = span_rkey_body_size(flags, desc->key_size,
                                              desc->geom.num_chunks,
                                              desc->num_varying);
-    if ((desc->num_varying > desc->key_size) ||
-        ((desc->spilled || desc->span_vmm) && (desc->key_size == 0)) ||
+    if ((desc->span_vmm && !desc->spilled) ?
+        (body_size < SPAN_RKEY_VMM_HEAD) :
+        (desc->num_varying > desc->key_size)) {
+        ucs_error("span rkey %p: a body of %u keys of %zu bytes (%u varying "
+                  "or body bytes) is malformed", buffer,
+                  desc->geom.num_chunks, desc->key_size, desc->num_varying);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if ((desc->span_vmm && (desc->key_size != SPAN_CUDA_VMM_KEY_SIZE)) ||
+        (desc->spilled && (desc->key_size == 0)) ||
         (desc->spilled && desc->num_varying) ||
         (body_size > buffer_size - SPAN_RKEY_HDR_SIZE)) {
         ucs_error("span rkey %p: %u keys of %zu bytes (%u varying) overrun "
@@ -469,6 +620,8 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
     if (desc->spilled) {
         span_rkey_parse_spill(desc->key0, &desc->spill);
         desc->key0 = desc->mask = desc->varying = NULL;
+    } else if (desc->span_vmm) {
+        desc->mask = desc->varying = NULL;
     } else if ((desc->key_size > 0) && (desc->geom.num_chunks > 1)) {
         return span_rkey_parse_mask(p, desc);
     }
@@ -574,7 +727,7 @@ ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc)
     }
 
     status = span_rkey_parse(buffer, bound, desc);
-    if ((status == UCS_OK) && (desc->key_size != key_size)) {
+    if ((status == UCS_OK) && !desc->span_vmm && (desc->key_size != key_size)) {
         ucs_error("span rkey %p: carries %zu-byte inner keys, component 0x%x "
                   "packs %zu-byte keys", buffer, desc->key_size, component_id,
                   key_size);

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPAN_RKEY_VERSION     3
+#define SPAN_RKEY_VERSION     4
 #define SPAN_RKEY_HDR_SIZE    46
 /* UCP stores each MD's packed rkey size in one byte */
 #define SPAN_RKEY_MAX_SIZE    255
@@ -51,7 +51,7 @@ typedef struct span_rkey_desc {
     const uint8_t     *key0;        /* the first inner key, whole */
     const uint8_t     *mask;        /* bytes of a key that differ from key0 */
     const uint8_t     *varying;     /* those bytes of keys 1.., in turn */
-    unsigned          num_varying;
+    unsigned          num_varying;  /* span_vmm inline: the body's bytes */
 } span_rkey_desc_t;
 
 uint32_t span_rkey_component_id(const char *component_name);
@@ -88,6 +88,11 @@ uint32_t span_rkey_hash(const void *data, size_t size);
 /* Inner key of chunk index of a parsed rkey whose keys are inline, key_size
  * bytes */
 void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key);
+
+/* The n unit keys of a parsed span_vmm rkey that carries them inline;
+ * UCS_ERR_INVALID_PARAM where its body does not encode n of them */
+ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
+                                span_cuda_vmm_key_t *keys);
 
 /* The unpacked rkey: what uct_rkey_t points to for a twin */
 typedef struct span_rkey {

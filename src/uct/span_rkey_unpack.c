@@ -74,8 +74,8 @@ static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
                                       const span_rkey_desc_t *desc,
                                       const uint8_t *keys)
 {
-    return span_cuda_vmm_cache_get(keys, desc->key_size, &desc->geom,
-                                   &rkey->vmm);
+    return span_cuda_vmm_cache_get((const span_cuda_vmm_key_t*)keys,
+                                   &desc->geom, &rkey->vmm);
 }
 
 /* The keys of every chunk, contiguous: rebuilt from the rkey, or read from
@@ -94,6 +94,8 @@ static ucs_status_t span_rkey_keys(const span_rkey_desc_t *desc, uint32_t n,
     }
     if (desc->spilled) {
         status = span_spill_fetch(&desc->spill, n, desc->key_size, keys);
+    } else if (desc->span_vmm) {
+        status = span_rkey_vmm_keys(desc, (span_cuda_vmm_key_t*)keys);
     } else {
         for (i = 0; (desc->key_size > 0) && (i < n); ++i) {
             span_rkey_key(desc, i, keys + (i * desc->key_size));

@@ -12,14 +12,25 @@
  * pidfd_getfd needs ptrace attach rights over the exporter, as cuda_ipc's
  * own path does.
  *
- * A unit's key, in the room of an inner key (all little-endian):
- *   +0  4  magic   SPAN_CUDA_VMM_MAGIC
- *   +4  4  pid     the exporter
- *   +8  4  fd      its descriptor of the unit's handle
- *   +12 4  0
- *   +16 8  size    of the unit, as the rkey's geometry makes it
- *   +24 8  pid_ns  the exporter's PID namespace: pid and fd are checked
- *                  (span_spill_peer_check) before any is looked up
+ * Each unit is exported once however many registrations cover it, and
+ * withdrawn at the last deregistration or when the memory is unmapped
+ * (span_cuda_vmm_export.h); the exporter's export table tells an importer
+ * whether a descriptor number still is the export its key names.
+ *
+ * A unit's key (span_cuda_vmm_key_t, in this process's byte order: keys
+ * cross to a peer only inside a span rkey, span_rkey.c, or a spill slot of
+ * the same node):
+ *   magic     SPAN_CUDA_VMM_MAGIC
+ *   pid       the exporter
+ *   fd        its descriptor of the unit's handle
+ *   table_fd  its descriptor of its export table
+ *   size      of the unit, as the rkey's geometry makes it
+ *   pid_ns    the exporter's PID namespace: pid and the descriptors are
+ *             checked (span_spill_peer_check) before any is looked up
+ *   serial    of the export, unique in the exporter: what its table says
+ *             of fd while the unit is exported
+ *   table_id  random, in the table's header: a recycled pid or table
+ *             descriptor is refused
  */
 #ifndef SPAN_CUDA_VMM_H_
 #define SPAN_CUDA_VMM_H_
@@ -30,16 +41,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes of a span key of one unit, within an inner key's room */
-#define SPAN_CUDA_VMM_KEY_SIZE 32
+#define SPAN_CUDA_VMM_MAGIC 0x4d565053u /* "SPVM" */
 
-/* Exports the unit [base, base + size) into key (K >= SPAN_CUDA_VMM_KEY_SIZE
- * bytes); *fd_p stays open until span_cuda_vmm_unexport. One driver round
- * trip: UCS_ERR_UNSUPPORTED (key untouched) where the unit is not VMM memory
- * that can be shared as a POSIX fd */
-ucs_status_t span_cuda_vmm_export(uint64_t base, uint64_t size, void *key,
-                                  size_t K, int *fd_p);
-void span_cuda_vmm_unexport(int fd);
+typedef struct span_cuda_vmm_key {
+    uint32_t magic;
+    uint32_t pid;
+    uint32_t fd;
+    uint32_t table_fd;
+    uint64_t size;
+    uint64_t pid_ns;
+    uint64_t serial;
+    uint64_t table_id;
+} span_cuda_vmm_key_t;
+
+#define SPAN_CUDA_VMM_KEY_SIZE sizeof(span_cuda_vmm_key_t)
+
+/* The one driver round trip of an export: *fd_p, the caller's to close,
+ * shares the VMM handle mapped at base; UCS_ERR_UNSUPPORTED where that is
+ * not memory that can be shared as a POSIX fd */
+ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p);
 
 /* The exporter's units mapped into this process */
 typedef struct span_cuda_vmm_map {
@@ -52,12 +72,12 @@ typedef struct span_cuda_vmm_map {
     uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
 } span_cuda_vmm_map_t;
 
-/* Maps the geometry's units from keys of K bytes each, contiguous; fds[i]
+/* Maps the geometry's units from their keys, contiguous; fds[i]
  * is this process's copy of unit i's descriptor (-1 where none was taken),
  * the caller's to close, also on failure. Through the import cache
  * (span_cuda_vmm_cache.h), which keeps those copies to tell whether the
  * exporter still exports the units. */
-ucs_status_t span_cuda_vmm_import(const uint8_t *keys, size_t K,
+ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
                                   span_cuda_vmm_map_t *map, int *fds);
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);

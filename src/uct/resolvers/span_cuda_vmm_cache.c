@@ -129,11 +129,11 @@ span_cuda_vmm_cache_lookup(const uint8_t *keys, size_t size,
     return found;
 }
 
-static ucs_status_t span_cuda_vmm_entry_new(const uint8_t *keys, size_t K,
+static ucs_status_t span_cuda_vmm_entry_new(const span_cuda_vmm_key_t *keys,
                                             const span_chunk_geom_t *geom,
                                             span_cuda_vmm_entry_t **entry_p)
 {
-    size_t size = (size_t)geom->num_chunks * K;
+    size_t size = (size_t)geom->num_chunks * sizeof(*keys);
     span_cuda_vmm_entry_t *entry;
     ucs_status_t status;
     uint32_t i;
@@ -155,15 +155,13 @@ static ucs_status_t span_cuda_vmm_entry_new(const uint8_t *keys, size_t K,
         return UCS_ERR_NO_MEMORY;
     }
 
-    status = span_cuda_vmm_import(keys, K, geom, &entry->map, entry->fds);
+    status = span_cuda_vmm_import(keys, geom, &entry->map, entry->fds);
     if (status != UCS_OK) {
         span_cuda_vmm_entry_free(entry, 0);
         return status;
     }
     for (i = 0; i < geom->num_chunks; ++i) {
-        /* the key's fd field, checked by the import */
-        memcpy(&entry->peer_fds[i], keys + (i * K) + (2 * sizeof(uint32_t)),
-               sizeof(uint32_t));
+        entry->peer_fds[i] = keys[i].fd; /* checked by the import */
     }
     entry->geom      = *geom;
     entry->keys_size = size;
@@ -173,7 +171,7 @@ static ucs_status_t span_cuda_vmm_entry_new(const uint8_t *keys, size_t K,
     return UCS_OK;
 }
 
-ucs_status_t span_cuda_vmm_cache_get(const uint8_t *keys, size_t K,
+ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
                                      const span_chunk_geom_t *geom,
                                      span_cuda_vmm_map_t **map_p)
 {
@@ -182,8 +180,9 @@ ucs_status_t span_cuda_vmm_cache_get(const uint8_t *keys, size_t K,
     ucs_status_t status;
 
     pthread_mutex_lock(&span_cuda_vmm_cache_lock);
-    entry = span_cuda_vmm_cache_lookup(keys, (size_t)geom->num_chunks * K,
-                                       geom, &dropped);
+    entry = span_cuda_vmm_cache_lookup((const uint8_t*)keys,
+                                       geom->num_chunks * sizeof(*keys), geom,
+                                       &dropped);
     pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
     span_cuda_vmm_free_dropped(&dropped);
     if (entry != NULL) {
@@ -191,7 +190,7 @@ ucs_status_t span_cuda_vmm_cache_get(const uint8_t *keys, size_t K,
         return UCS_OK;
     }
 
-    status = span_cuda_vmm_entry_new(keys, K, geom, &entry);
+    status = span_cuda_vmm_entry_new(keys, geom, &entry);
     if (status != UCS_OK) {
         return status;
     }

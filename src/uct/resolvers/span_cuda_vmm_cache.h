@@ -20,7 +20,7 @@
 #define SPAN_CUDA_VMM_CACHE_IDLE 8
 
 /* The mapping of the units the keys name, with one more reference */
-ucs_status_t span_cuda_vmm_cache_get(const uint8_t *keys, size_t K,
+ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
                                      const span_chunk_geom_t *geom,
                                      span_cuda_vmm_map_t **map_p);
 

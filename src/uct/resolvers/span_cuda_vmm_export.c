@@ -1,0 +1,379 @@
+/*
+ * Shared VMM exports and the export table (span_cuda_vmm_export.h).
+ *
+ * Under one mutex, which memory events take too (an unmap withdraws the
+ * exports of its units): nothing under it allocates, frees or unmaps, so a
+ * handler never waits on its own thread. Exports are found by buffer id
+ * through fixed buckets, and events skip everything outside the span of
+ * the units exported.
+ */
+#include "span_cuda_vmm_export.h"
+#include "span_spill.h"
+
+#include <ucs/datastruct/hlist.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPAN_CUDA_VMM_TABLE_MAGIC 0x454c424154505353ull /* "SSPTABLE" */
+#define SPAN_CUDA_VMM_TABLE_NAME  "ucx-span-vmm"
+#define SPAN_CUDA_VMM_TABLE_LINK  "/memfd:" SPAN_CUDA_VMM_TABLE_NAME " "
+#define SPAN_CUDA_VMM_TABLE_FIRST 64
+#define SPAN_CUDA_VMM_TABLE_GROW  (64 * 1024)
+#define SPAN_CUDA_VMM_BUCKETS_LOG 10
+
+typedef struct {
+    uint64_t serial; /* 0: not an export */
+    uint64_t size;
+} span_cuda_vmm_table_entry_t;
+
+struct span_cuda_vmm_export {
+    ucs_hlist_link_t by_id;
+    ucs_list_link_t  list;
+    int              listed;   /* withdrawn: no longer */
+    unsigned         refcount;
+    uint64_t         id;       /* buffer id of the unit */
+    uint64_t         base;
+    uint64_t         size;
+    uint64_t         serial;
+    int              fd;
+};
+
+static struct {
+    pthread_mutex_t  lock;
+    int              table;     /* memfd, or -1 before the first export */
+    uint64_t         table_id;
+    uint64_t         table_size;
+    uint64_t         serial;
+    uint64_t         lo, hi;    /* span of the listed units */
+    ucs_list_link_t  list;
+    ucs_hlist_head_t by_id[1u << SPAN_CUDA_VMM_BUCKETS_LOG];
+} span_cuda_vmm_exports = {
+    .lock  = PTHREAD_MUTEX_INITIALIZER,
+    .table = -1,
+    .lo    = UINT64_MAX,
+    .list  = {&span_cuda_vmm_exports.list, &span_cuda_vmm_exports.list}
+};
+
+static ucs_hlist_head_t *span_cuda_vmm_export_bucket(uint64_t id)
+{
+    return &span_cuda_vmm_exports.by_id[(id * 0x9e3779b97f4a7c15ull) >>
+                                        (64 - SPAN_CUDA_VMM_BUCKETS_LOG)];
+}
+
+static uint64_t span_cuda_vmm_table_offset(int fd)
+{
+    return SPAN_CUDA_VMM_TABLE_FIRST +
+           ((uint64_t)fd * sizeof(span_cuda_vmm_table_entry_t));
+}
+
+static int span_cuda_vmm_table_write(int fd, uint64_t serial, uint64_t size)
+{
+    span_cuda_vmm_table_entry_t entry = {serial, size};
+
+    return pwrite(span_cuda_vmm_exports.table, &entry, sizeof(entry),
+                  span_cuda_vmm_table_offset(fd)) == sizeof(entry);
+}
+
+/* The table, made at the first export and grown to hold fd's entry; the
+ * lock is held */
+static ucs_status_t span_cuda_vmm_table_reserve(int fd)
+{
+    uint64_t header[2] = {SPAN_CUDA_VMM_TABLE_MAGIC, 0};
+    uint64_t need      = span_cuda_vmm_table_offset(fd + 1);
+    uint64_t size;
+
+    if (span_cuda_vmm_exports.table < 0) {
+        if (getrandom(&header[1], sizeof(header[1]), 0) != sizeof(header[1])) {
+            header[1] = ((uint64_t)time(NULL) << 32) ^ getpid();
+        }
+        span_cuda_vmm_exports.table = memfd_create(SPAN_CUDA_VMM_TABLE_NAME,
+                                                   MFD_CLOEXEC);
+        if ((span_cuda_vmm_exports.table < 0) ||
+            (pwrite(span_cuda_vmm_exports.table, header, sizeof(header), 0) !=
+             sizeof(header))) {
+            ucs_error("span cuda vmm: cannot make the export table: %m");
+            if (span_cuda_vmm_exports.table >= 0) {
+                close(span_cuda_vmm_exports.table);
+                span_cuda_vmm_exports.table = -1;
+            }
+            return UCS_ERR_IO_ERROR;
+        }
+        span_cuda_vmm_exports.table_id   = header[1];
+        span_cuda_vmm_exports.table_size = 0;
+    }
+    if (need <= span_cuda_vmm_exports.table_size) {
+        return UCS_OK;
+    }
+    size = ((need + SPAN_CUDA_VMM_TABLE_GROW - 1) / SPAN_CUDA_VMM_TABLE_GROW) *
+           SPAN_CUDA_VMM_TABLE_GROW;
+    if (ftruncate(span_cuda_vmm_exports.table, size) != 0) {
+        ucs_error("span cuda vmm: cannot grow the export table to %" PRIu64
+                  " bytes for descriptor %d: %m", size, fd);
+        return UCS_ERR_NO_MEMORY;
+    }
+    span_cuda_vmm_exports.table_size = size;
+    return UCS_OK;
+}
+
+static void span_cuda_vmm_export_key(const span_cuda_vmm_export_t *export,
+                                     span_cuda_vmm_key_t *key)
+{
+    key->magic    = SPAN_CUDA_VMM_MAGIC;
+    key->pid      = getpid();
+    key->fd       = export->fd;
+    key->table_fd = span_cuda_vmm_exports.table;
+    key->size     = export->size;
+    key->pid_ns   = span_spill_pid_ns();
+    key->serial   = export->serial;
+    key->table_id = span_cuda_vmm_exports.table_id;
+}
+
+/* The listed export of the unit, with one more reference; the lock is
+ * held */
+static span_cuda_vmm_export_t *span_cuda_vmm_export_find(uint64_t id,
+                                                         uint64_t base,
+                                                         uint64_t size)
+{
+    span_cuda_vmm_export_t *export;
+
+    ucs_hlist_for_each(export, span_cuda_vmm_export_bucket(id), by_id) {
+        if ((export->id == id) && (export->base == base) &&
+            (export->size == size)) {
+            ++export->refcount;
+            return export;
+        }
+    }
+    return NULL;
+}
+
+/* Lists a new export under a new serial; the lock is held */
+static ucs_status_t span_cuda_vmm_export_list(span_cuda_vmm_export_t *export)
+{
+    ucs_status_t status = span_cuda_vmm_table_reserve(export->fd);
+
+    if (status != UCS_OK) {
+        return status;
+    }
+    export->serial = ++span_cuda_vmm_exports.serial;
+    if (!span_cuda_vmm_table_write(export->fd, export->serial, export->size)) {
+        ucs_error("span cuda vmm: cannot write the export table: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    export->refcount = 1;
+    export->listed   = 1;
+    ucs_hlist_add_tail(span_cuda_vmm_export_bucket(export->id),
+                       &export->by_id);
+    ucs_list_add_tail(&span_cuda_vmm_exports.list, &export->list);
+    span_cuda_vmm_exports.lo = ucs_min(span_cuda_vmm_exports.lo, export->base);
+    span_cuda_vmm_exports.hi = ucs_max(span_cuda_vmm_exports.hi,
+                                       export->base + export->size);
+    return UCS_OK;
+}
+
+/* Clears its table entry, then closes it; the lock is held */
+static void span_cuda_vmm_export_withdraw(span_cuda_vmm_export_t *export)
+{
+    if (!span_cuda_vmm_table_write(export->fd, 0, 0)) {
+        ucs_warn("span cuda vmm: cannot clear descriptor %d in the export "
+                 "table (%m): an importer's key of it is refused by its "
+                 "serial once the number is used again", export->fd);
+    }
+    close(export->fd);
+    ucs_hlist_del(span_cuda_vmm_export_bucket(export->id), &export->by_id);
+    ucs_list_del(&export->list);
+    export->listed = 0;
+    if (ucs_list_is_empty(&span_cuda_vmm_exports.list)) {
+        span_cuda_vmm_exports.lo = UINT64_MAX;
+        span_cuda_vmm_exports.hi = 0;
+    }
+}
+
+ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
+                                      uint64_t base, uint64_t size,
+                                      span_cuda_vmm_key_t *key,
+                                      span_cuda_vmm_export_t **export_p)
+{
+    span_cuda_vmm_export_t *export, *shared;
+    ucs_status_t status;
+    uint64_t id;
+    int fd;
+
+    if (ops->buffer_id(base, &id) != UCS_OK) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    shared = span_cuda_vmm_export_find(id, base, size);
+    if (shared != NULL) {
+        span_cuda_vmm_export_key(shared, key);
+    }
+    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    if (shared != NULL) {
+        *export_p = shared;
+        return UCS_OK;
+    }
+
+    export = calloc(1, sizeof(*export));
+    if (export == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = ops->export_fd(base, &fd);
+    if (status != UCS_OK) {
+        free(export);
+        return status;
+    }
+    export->id   = id;
+    export->base = base;
+    export->size = size;
+    export->fd   = fd;
+    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    /* another thread may have exported the unit meanwhile */
+    shared = span_cuda_vmm_export_find(id, base, size);
+    if (shared == NULL) {
+        status = span_cuda_vmm_export_list(export);
+        shared = (status == UCS_OK) ? export : NULL;
+    }
+    if (shared != NULL) {
+        span_cuda_vmm_export_key(shared, key);
+    }
+    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    if (shared != export) {
+        close(fd);
+        free(export);
+    }
+    *export_p = shared;
+    return status;
+}
+
+void span_cuda_vmm_export_put(span_cuda_vmm_export_t *export)
+{
+    int last;
+
+    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    last = (--export->refcount == 0);
+    if (last && export->listed) {
+        span_cuda_vmm_export_withdraw(export);
+    }
+    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    if (last) {
+        free(export);
+    }
+}
+
+void span_cuda_vmm_export_invalidate(uint64_t start, uint64_t length)
+{
+    uint64_t end = (length > UINT64_MAX - start) ? UINT64_MAX :
+                                                   start + length;
+    span_cuda_vmm_export_t *export, *tmp;
+
+    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    if ((end > span_cuda_vmm_exports.lo) && (start < span_cuda_vmm_exports.hi)) {
+        ucs_list_for_each_safe(export, tmp, &span_cuda_vmm_exports.list,
+                               list) {
+            if ((start < export->base + export->size) &&
+                (export->base < end)) {
+                ucs_debug("span cuda vmm: [0x%" PRIx64 ", +%" PRIu64 ") is "
+                          "unmapped: export %" PRIu64 " (descriptor %d) "
+                          "withdrawn", export->base, export->size,
+                          export->serial, export->fd);
+                span_cuda_vmm_export_withdraw(export);
+            }
+        }
+    }
+    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+}
+
+static int span_cuda_vmm_table_read(int table, int fd,
+                                    span_cuda_vmm_table_entry_t *entry)
+{
+    return pread(table, entry, sizeof(*entry),
+                 span_cuda_vmm_table_offset(fd)) == sizeof(*entry);
+}
+
+ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_cuda_vmm_key_t *key,
+                                      int *table_p)
+{
+    char self[64], link[PATH_MAX];
+    uint64_t header[2];
+    struct stat st;
+    ssize_t len;
+    int table;
+
+    table = syscall(SYS_pidfd_getfd, pidfd, (int)key->table_fd, 0);
+    if (table < 0) {
+        ucs_error("span cuda vmm: cannot take the export table (descriptor "
+                  "%u) of process %u: %m", key->table_fd, key->pid);
+        return UCS_ERR_UNREACHABLE;
+    }
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", table);
+    len = readlink(self, link, sizeof(link) - 1);
+    link[(len < 0) ? 0 : len] = '\0';
+    if ((fstat(table, &st) != 0) || !S_ISREG(st.st_mode) ||
+        strncmp(link, SPAN_CUDA_VMM_TABLE_LINK,
+                strlen(SPAN_CUDA_VMM_TABLE_LINK)) ||
+        (pread(table, header, sizeof(header), 0) != sizeof(header)) ||
+        (header[0] != SPAN_CUDA_VMM_TABLE_MAGIC) ||
+        (header[1] != key->table_id)) {
+        ucs_error("span cuda vmm: descriptor %u of process %u ('%s') is not "
+                  "the export table 0x%" PRIx64 " the key names (the process "
+                  "or descriptor was recycled)", key->table_fd, key->pid,
+                  link, key->table_id);
+        close(table);
+        return UCS_ERR_UNREACHABLE;
+    }
+    *table_p = table;
+    return UCS_OK;
+}
+
+/* Whether the exporter's table says fd is the key's export */
+static int span_cuda_vmm_table_says(int table, const span_cuda_vmm_key_t *key)
+{
+    span_cuda_vmm_table_entry_t entry;
+
+    return span_cuda_vmm_table_read(table, key->fd, &entry) &&
+           (entry.serial == key->serial) && (entry.size == key->size);
+}
+
+ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
+                                      const span_cuda_vmm_key_t *key,
+                                      int *fd_p)
+{
+    int fd = -1;
+
+    if (span_cuda_vmm_table_says(table, key)) {
+        fd = syscall(SYS_pidfd_getfd, pidfd, (int)key->fd, 0);
+        if (fd < 0) {
+            ucs_error("span cuda vmm: pidfd_getfd(fd %u of process %u) "
+                      "failed: %m (ptrace attach rights over the exporter "
+                      "are needed, as for cuda_ipc)", key->fd, key->pid);
+            return UCS_ERR_UNREACHABLE;
+        }
+    }
+    /* the entry is cleared before the descriptor closes: still there after
+     * the copy, it was that export's when copied */
+    if ((fd >= 0) && span_cuda_vmm_table_says(table, key)) {
+        *fd_p = fd;
+        return UCS_OK;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    ucs_error("span cuda vmm: descriptor %u of process %u is not export %"
+              PRIu64 " of %" PRIu64 " bytes any more (deregistered or "
+              "unmapped since the rkey was packed)", key->fd, key->pid,
+              key->serial, key->size);
+    return UCS_ERR_INVALID_ADDR;
+}

@@ -1,0 +1,65 @@
+/*
+ * Exports of VMM units, shared, and the export table that vouches for them.
+ *
+ * One exported descriptor per physical unit, found by the unit's buffer id
+ * and refcounted across every registration that covers the unit: a segment
+ * that grows and is registered again exports only its new handles. An
+ * export is withdrawn (its descriptor closed) at its last release, or at
+ * once when the unit is unmapped, whoever still holds it.
+ *
+ * A descriptor number means nothing once closed: the next export may get
+ * it. Each export gets a serial, unique in the process, and the process
+ * keeps a table (a memfd) that holds, at each exported descriptor's
+ * number, the serial and size of its export, cleared before the descriptor
+ * is closed. An importer reads the entry, takes the descriptor, and reads
+ * the entry again: where both name the key's export, the descriptor it took
+ * is that export.
+ *
+ * Table layout (this build's byte order, same node only): offset 0, magic
+ * SPAN_CUDA_VMM_TABLE_MAGIC and the table id (8 bytes each); entry of
+ * descriptor fd at SPAN_CUDA_VMM_TABLE_FIRST + 16 * fd: serial and size
+ * (8 bytes each), zero where fd is not an export.
+ */
+#ifndef SPAN_CUDA_VMM_EXPORT_H_
+#define SPAN_CUDA_VMM_EXPORT_H_
+
+#include "span_cuda_vmm.h"
+
+/* What an export asks of the driver; a fake one in the unit tests */
+typedef struct span_cuda_vmm_export_ops {
+    /* Process-wide unique id of the allocation at addr (BUFFER_ID) */
+    ucs_status_t (*buffer_id)(uint64_t addr, uint64_t *id_p);
+    /* A new descriptor that shares the unit at base */
+    ucs_status_t (*export_fd)(uint64_t base, int *fd_p);
+} span_cuda_vmm_export_ops_t;
+
+typedef struct span_cuda_vmm_export span_cuda_vmm_export_t;
+
+/* The export of the unit [base, base + size), shared or new, with one more
+ * reference, in *exported_p, and its key; UCS_ERR_UNSUPPORTED where the unit
+ * cannot be shared */
+ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
+                                      uint64_t base, uint64_t size,
+                                      span_cuda_vmm_key_t *key,
+                                      span_cuda_vmm_export_t **exported_p);
+
+/* Drops a reference; the last withdraws the export */
+void span_cuda_vmm_export_put(span_cuda_vmm_export_t *exported);
+
+/* Withdraws the exports of units that overlap [start, start + length):
+ * the memory is being unmapped (a memory event) */
+void span_cuda_vmm_export_invalidate(uint64_t start, uint64_t length);
+
+/* Importer: this process's copy of the exporter's table that keys name
+ * (pidfd: of the exporter), checked to be one; the caller closes it */
+ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_cuda_vmm_key_t *key,
+                                      int *table_p);
+
+/* Importer: this process's copy of the unit descriptor key names, taken
+ * only while the exporter's table says it is that export; the caller
+ * closes it */
+ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
+                                      const span_cuda_vmm_key_t *key,
+                                      int *fd_p);
+
+#endif

@@ -1,0 +1,240 @@
+/*
+ * Shared VMM exports and the export table, over a driver whose "units" are
+ * memfds: one descriptor per unit however many registrations cover it,
+ * withdrawn at the last release or at an unmap, and an importer (this
+ * process, through pidfd_getfd as a peer would) that takes a descriptor
+ * only while the table says it is the export its key names: a number used
+ * again by another export is refused, not mapped.
+ */
+#include <gtest/gtest.h>
+
+extern "C" {
+#include "resolvers/span_cuda_vmm_export.h"
+}
+
+#include <dirent.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <map>
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+std::map<uint64_t, uint64_t> fake_ids; /* unit base -> buffer id */
+int exports;
+
+ucs_status_t fake_buffer_id(uint64_t addr, uint64_t *id_p)
+{
+    auto it = fake_ids.find(addr);
+    if (it == fake_ids.end()) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *id_p = it->second;
+    return UCS_OK;
+}
+
+ucs_status_t fake_export_fd(uint64_t base, int *fd_p)
+{
+    *fd_p = memfd_create("span-test-vmm-unit", MFD_CLOEXEC);
+    ++exports;
+    return (*fd_p >= 0) ? UCS_OK : UCS_ERR_IO_ERROR;
+}
+
+const span_cuda_vmm_export_ops_t fake_ops = {fake_buffer_id, fake_export_fd};
+
+int open_fds()
+{
+    DIR *dir = opendir("/proc/self/fd");
+    int n    = 0;
+
+    while (readdir(dir) != NULL) {
+        ++n;
+    }
+    closedir(dir);
+    return n;
+}
+
+class vmm_export : public ::testing::Test {
+protected:
+    static void SetUpTestSuite()
+    {
+        /* the table lives as long as the process: made before counting */
+        span_cuda_vmm_key_t key;
+        span_cuda_vmm_export_t *e;
+
+        fake_ids[base] = 1;
+        ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(&fake_ops, base, 2 * MiB,
+                                                   &key, &e));
+        span_cuda_vmm_export_put(e);
+    }
+
+    void SetUp() override
+    {
+        fake_ids.clear();
+        exports  = 0;
+        fds      = open_fds();
+        pidfd    = syscall(SYS_pidfd_open, getpid(), 0);
+        ASSERT_GE(pidfd, 0);
+    }
+
+    void TearDown() override
+    {
+        close(pidfd);
+        EXPECT_EQ(fds, open_fds()) << "a descriptor was left";
+    }
+
+    span_cuda_vmm_export_t *get(uint64_t addr, uint64_t size,
+                                span_cuda_vmm_key_t *key)
+    {
+        span_cuda_vmm_export_t *e = NULL;
+
+        EXPECT_EQ(UCS_OK, span_cuda_vmm_export_get(&fake_ops, addr, size, key,
+                                                   &e));
+        return e;
+    }
+
+    /* what an importer gets for the key: UCS_OK where it took the
+     * descriptor, checked to be the exporter's */
+    ucs_status_t take(const span_cuda_vmm_key_t &key)
+    {
+        ucs_status_t status;
+        struct stat a, b;
+        int table, fd;
+
+        status = span_cuda_vmm_table_open(pidfd, &key, &table);
+        if (status != UCS_OK) {
+            return status;
+        }
+        status = span_cuda_vmm_table_take(pidfd, table, &key, &fd);
+        if (status == UCS_OK) {
+            EXPECT_EQ(0, fstat(fd, &a));
+            EXPECT_EQ(0, fstat(key.fd, &b));
+            EXPECT_EQ(a.st_ino, b.st_ino) << "another file";
+            close(fd);
+        }
+        close(table);
+        return status;
+    }
+
+    static constexpr uint64_t base = 0x7e0000000000ull;
+    int fds   = 0;
+    int pidfd = -1;
+};
+
+TEST_F(vmm_export, registrations_of_a_unit_share_one_export)
+{
+    span_cuda_vmm_key_t k1, k2, k3;
+
+    fake_ids[base]           = 10;
+    fake_ids[base + 2 * MiB] = 11;
+    span_cuda_vmm_export_t *a = get(base, 2 * MiB, &k1);
+    span_cuda_vmm_export_t *b = get(base, 2 * MiB, &k2);     /* again */
+    span_cuda_vmm_export_t *c = get(base + 2 * MiB, 2 * MiB, &k3);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(2, exports);
+    EXPECT_EQ(k1.fd, k2.fd);
+    EXPECT_EQ(k1.serial, k2.serial);
+    EXPECT_NE(k1.serial, k3.serial);
+    EXPECT_EQ(uint64_t(2 * MiB), k1.size);
+    EXPECT_EQ(UCS_OK, take(k1));
+    EXPECT_EQ(UCS_OK, take(k3));
+
+    span_cuda_vmm_export_put(a);
+    EXPECT_EQ(UCS_OK, take(k1)) << "still held by the second registration";
+    span_cuda_vmm_export_put(b);
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(k1)) << "withdrawn at the last";
+    span_cuda_vmm_export_put(c);
+}
+
+TEST_F(vmm_export, a_number_used_again_is_refused_for_the_old_key)
+{
+    span_cuda_vmm_key_t old_key, new_key;
+
+    fake_ids[base]           = 20;
+    fake_ids[base + 8 * MiB] = 21;
+    span_cuda_vmm_export_put(get(base, 2 * MiB, &old_key));
+    /* another unit's export takes the number the first one freed */
+    span_cuda_vmm_export_t *e = get(base + 8 * MiB, 2 * MiB, &new_key);
+    ASSERT_EQ(old_key.fd, new_key.fd);
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(old_key));
+    EXPECT_EQ(UCS_OK, take(new_key));
+    span_cuda_vmm_export_put(e);
+}
+
+TEST_F(vmm_export, an_unmap_withdraws_the_export_at_once)
+{
+    span_cuda_vmm_key_t key, again;
+
+    fake_ids[base] = 30;
+    span_cuda_vmm_export_t *e = get(base, 4 * MiB, &key);
+    span_cuda_vmm_export_invalidate(base + MiB, 4096);
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(key));
+    /* memory mapped there again is another unit: exported anew */
+    fake_ids[base] = 31;
+    span_cuda_vmm_export_t *f = get(base, 4 * MiB, &again);
+    EXPECT_NE(e, f);
+    EXPECT_NE(key.serial, again.serial);
+    EXPECT_EQ(UCS_OK, take(again));
+    span_cuda_vmm_export_put(e); /* withdrawn: only freed */
+    span_cuda_vmm_export_put(f);
+    EXPECT_EQ(2, exports);
+}
+
+TEST_F(vmm_export, an_unmap_elsewhere_leaves_it)
+{
+    span_cuda_vmm_key_t key;
+
+    fake_ids[base] = 40;
+    span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
+    span_cuda_vmm_export_invalidate(base + 2 * MiB, 2 * MiB);
+    span_cuda_vmm_export_invalidate(base - 4096, 4096);
+    EXPECT_EQ(UCS_OK, take(key));
+    span_cuda_vmm_export_put(e);
+}
+
+TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
+{
+    span_cuda_vmm_key_t key, bad;
+    int other = memfd_create("ucx-span-vmm", MFD_CLOEXEC); /* an impostor */
+
+    fake_ids[base] = 50;
+    span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
+
+    bad          = key;
+    bad.table_id = key.table_id + 1;
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, take(bad));
+    bad          = key;
+    bad.table_fd = other;
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, take(bad));
+    bad          = key;
+    bad.table_fd = 0; /* stdin: not a memfd at all */
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, take(bad));
+    bad      = key;
+    bad.size = 4 * MiB;
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
+    bad        = key;
+    bad.serial = key.serial + 1;
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
+    bad    = key;
+    bad.fd = 100000; /* past the table's end */
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
+    EXPECT_EQ(UCS_OK, take(key));
+    span_cuda_vmm_export_put(e);
+    close(other);
+}
+
+TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)
+{
+    span_cuda_vmm_key_t key;
+    span_cuda_vmm_export_t *e;
+
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              span_cuda_vmm_export_get(&fake_ops, base, 2 * MiB, &key, &e));
+    EXPECT_EQ(0, exports);
+}
+
+} // namespace

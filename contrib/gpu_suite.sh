@@ -164,7 +164,7 @@ done
 
 part 5 && {
 echo
-echo "## 5. Registration of sub-buffers, ms, median of $runs"
+echo "## 5. Registration of sub-buffers, median of $runs"
 echo '| what | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|'
 "$gpu/bin/span_bench_gpu" reg 10000 "$runs"

@@ -5,7 +5,10 @@
  *   reg COUNT RUNS       registering COUNT sub-buffers of one 256 MiB
  *                        cudaMalloc allocation (mem_reg + mkey_pack, then
  *                        dereg) through cuda_ipc and cuda_ipc+, median ms,
- *                        and the driver calls alone that the twin makes
+ *                        and the driver calls alone that the twin makes;
+ *                        then ns per request inside the allocation once it
+ *                        is registered (its first sub-buffer registered
+ *                        before the clock starts)
  *   bw KIND HANDLES MIB ITERS TLS [ALLOC_MIB]
  *                        put and get bandwidth between two processes over
  *                        UCP into device memory of a kind (span_gpu.h):
@@ -72,9 +75,11 @@ static int span_bench_units(unsigned handles)
     return 0;
 }
 
-/* Seconds to register, pack and deregister count sub-buffers */
+/* Seconds to register and pack count sub-buffers (then deregistered);
+ * with warm, sub-buffer 0 is registered before the clock starts and the
+ * others timed: requests inside an allocation registered already */
 static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
-                                 uct_mem_h *memh)
+                                 uct_mem_h *memh, int warm)
 {
     uct_md_mem_reg_params_t reg = {.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE,
                                    .mem_type   = UCS_MEMORY_TYPE_CUDA};
@@ -82,11 +87,14 @@ static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
     uct_md_mem_dereg_params_t dereg  = {.field_mask =
                                             UCT_MD_MEM_DEREG_FIELD_MEMH};
     uint8_t rkey[256];
-    double start = span_stats_now(), end;
+    double start = 0, end;
     unsigned i;
 
     for (i = 0; i < count; ++i) {
         char *buf = base + ((size_t)i * 8192) + 64;
+        if (i == !!warm) {
+            start = span_stats_now();
+        }
         if ((md->ops->mem_reg(md, buf, 4096, &reg, &memh[i]) != UCS_OK) ||
             (md->ops->mkey_pack(md, memh[i], buf, 4096, &pack, rkey) !=
              UCS_OK)) {
@@ -135,24 +143,36 @@ static int span_bench_reg(unsigned count, int runs)
 
     if ((native == NULL) || (twin == NULL) || (memh == NULL) ||
         (span_cuda_driver() == NULL) ||
-        ((size_t)count * 8192 > (256u << 20)) ||
+        (count < 2) || ((size_t)count * 8192 > (256u << 20)) ||
         (span_gpu_alloc(SPAN_GPU_MALLOC, 256u << 20, 0, NULL, &dev) !=
          UCS_OK)) {
         fprintf(stderr, "cannot open cuda_ipc / cuda_ipc+ or allocate\n");
         return 1;
     }
     for (r = 0; r < runs; ++r) { /* interleaved */
-        t_native[r] = span_bench_reg_run(native, dev.ptr, count, memh);
-        t_twin[r]   = span_bench_reg_run(twin, dev.ptr, count, memh);
+        t_native[r] = span_bench_reg_run(native, dev.ptr, count, memh, 0);
+        t_twin[r]   = span_bench_reg_run(twin, dev.ptr, count, memh, 0);
         t_id[r]     = span_bench_buffer_id_run(dev.ptr, count);
     }
     mn = span_stats_median(t_native, runs) * 1e3;
     mt = span_stats_median(t_twin, runs) * 1e3;
     mi = span_stats_median(t_id, runs) * 1e3;
-    printf("| register + pack %u sub-buffers | %10.2f | %10.2f | %6.3f |\n",
+    printf("| register + pack %u sub-buffers, ms | %10.2f | %10.2f | %6.3f |\n",
            count, mn, mt, mt / mn);
-    printf("| of which %u buffer id queries | | %10.2f | %6.3f |\n", count,
+    printf("| of which %u buffer id queries, ms | | %10.2f | %6.3f |\n", count,
            mi, mi / mn);
+    for (r = 0; r < runs; ++r) {
+        t_native[r] = span_bench_reg_run(native, dev.ptr, count, memh, 1);
+        t_twin[r]   = span_bench_reg_run(twin, dev.ptr, count, memh, 1);
+    }
+    /* ns per request of the count - 1 timed */
+    mn = span_stats_median(t_native, runs) * 1e9 / (count - 1);
+    mt = span_stats_median(t_twin, runs) * 1e9 / (count - 1);
+    mi = span_stats_median(t_id, runs) * 1e9 / count;
+    printf("| a sub-buffer of a registered allocation, ns per request | "
+           "%8.1f | %8.1f | %6.3f |\n", mn, mt, mt / mn);
+    printf("| of which the buffer id query, ns | | %8.1f | |\n", mi);
+    printf("| the rest: registry, pack, calls, ns | | %8.1f | |\n", mt - mi);
     uct_md_close(native);
     uct_md_close(twin);
     span_gpu_free(&dev);

@@ -10,10 +10,13 @@
  */
 extern "C" {
 #include "test/harness/span_gpu.h"
+#include "test/harness/span_md_open.h"
 #include "test/harness/span_pair.h"
+#include "ucx/span_ucx.h" /* the v2 MD calls */
 }
 
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
@@ -306,6 +309,175 @@ INSTANTIATE_TEST_SUITE_P(
             return std::string(std::get<0>(info.param).name) +
                    (std::get<1>(info.param) ? "_twin" : "_native");
         });
+
+/*
+ * One process, the twin MD itself: what registrations of VMM memory export,
+ * and what an importer (this process, through pidfd_getfd as a peer's
+ * would) maps from their keys.
+ */
+class gpu_md : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (!gpu_present) {
+            GTEST_SKIP() << gpu_reason;
+        }
+        char reason[256];
+        ASSERT_TRUE(span_gpu_init(reason, sizeof(reason))) << reason;
+        m_md = span_md_open_by_name("span", "cuda_ipc+");
+        ASSERT_NE(nullptr, m_md) << "no cuda_ipc+ (UCX_MODULE_DIR?)";
+        m_gran = span_gpu_vmm_granularity();
+    }
+
+    void TearDown() override
+    {
+        if (m_md != nullptr) {
+            uct_md_close(m_md);
+        }
+    }
+
+    static int open_fds()
+    {
+        DIR *dir = opendir("/proc/self/fd");
+        int n    = 0;
+        while (readdir(dir) != NULL) {
+            ++n;
+        }
+        closedir(dir);
+        return n;
+    }
+
+    uct_mem_h reg(void *ptr, size_t length)
+    {
+        uct_md_mem_reg_params_t params = {};
+        uct_mem_h memh                 = nullptr;
+        params.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE;
+        params.mem_type   = UCS_MEMORY_TYPE_CUDA;
+        EXPECT_EQ(UCS_OK, m_md->ops->mem_reg(m_md, ptr, length, &params,
+                                             &memh));
+        return memh;
+    }
+
+    void dereg(uct_mem_h memh)
+    {
+        uct_md_mem_dereg_params_t params = {};
+        params.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH;
+        params.memh       = memh;
+        EXPECT_EQ(UCS_OK, m_md->ops->mem_dereg(m_md, &params));
+    }
+
+    std::vector<uint8_t> pack(uct_mem_h memh, void *ptr, size_t length)
+    {
+        uct_md_mkey_pack_params_t params = {};
+        std::vector<uint8_t> key(256, 0);
+        EXPECT_EQ(UCS_OK, m_md->ops->mkey_pack(m_md, memh, ptr, length,
+                                               &params, key.data()));
+        return key;
+    }
+
+    ucs_status_t unpack(const std::vector<uint8_t> &key)
+    {
+        uct_rkey_bundle_t bundle;
+        ucs_status_t status = uct_rkey_unpack(m_md->component, key.data(),
+                                              &bundle);
+        if (status == UCS_OK) {
+            uct_rkey_release(m_md->component, &bundle);
+        }
+        return status;
+    }
+
+    uct_md_h m_md   = nullptr;
+    size_t   m_gran = 0;
+};
+
+/* A segment registered, grown and registered again exports only its new
+ * handles: one descriptor per handle, not per registration */
+TEST_F(gpu_md, registrations_of_a_growing_segment_share_their_exports)
+{
+    span_gpu_buf_t buf;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 6 * m_gran, 6, NULL, &buf));
+    int before = open_fds();
+
+    uct_mem_h a = reg(buf.ptr, 4 * m_gran);
+    int first   = open_fds() - before;
+    uct_mem_h b = reg(buf.ptr, 6 * m_gran);
+    int second  = open_fds() - before - first;
+    printf("GPU md| exports | descriptors: %d for 4 handles, %d more for 6 "
+           "|\n", first, second);
+    EXPECT_GE(first, 4); /* and the export table, the first time */
+    EXPECT_LE(first, 5);
+    EXPECT_EQ(2, second);
+    dereg(b);
+    EXPECT_EQ(before + first, open_fds()) << "the shared 4 are still held";
+    dereg(a);
+    EXPECT_LE(open_fds(), before + 1); /* the table stays */
+    span_gpu_free(&buf);
+}
+
+/* A buffer inside any handle of a registration is served by it, and the
+ * registration's key carries its 16 units inline (span rkey flags: bit 1
+ * spilled, bit 2 span's VMM keys) */
+TEST_F(gpu_md, a_buffer_in_a_later_handle_is_served_by_the_registration)
+{
+    span_gpu_buf_t buf;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 16 * m_gran, 16, NULL,
+                                     &buf));
+    uct_mem_h whole          = reg(buf.ptr, 16 * m_gran);
+    std::vector<uint8_t> key = pack(whole, buf.ptr, 16 * m_gran);
+    printf("GPU md| 16 handles | rkey flags 0x%x |\n", key[1]);
+    EXPECT_EQ(0x4, key[1] & 0x6) << "spilled, or not span's VMM keys";
+    EXPECT_EQ(UCS_OK, unpack(key));
+
+    int before    = open_fds();
+    char *inside  = (char*)buf.ptr + (11 * m_gran) + 4109;
+    uct_mem_h sub = reg(inside, m_gran); /* over handles 11 and 12 */
+    EXPECT_EQ(whole, sub);
+    EXPECT_EQ(before, open_fds()) << "exported again";
+    dereg(sub);
+    dereg(whole);
+    span_gpu_free(&buf);
+}
+
+/* A key kept past its deregistration names a descriptor number that the
+ * next export takes: refused, not mapped as the other memory */
+TEST_F(gpu_md, a_key_of_a_withdrawn_export_is_refused)
+{
+    span_gpu_buf_t a, b;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_gran, 1, NULL, &a));
+    uct_mem_h ma              = reg(a.ptr, m_gran);
+    std::vector<uint8_t> old_key = pack(ma, a.ptr, m_gran);
+    EXPECT_EQ(UCS_OK, unpack(old_key));
+    dereg(ma);
+    span_gpu_free(&a);
+
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_gran, 1, NULL, &b));
+    uct_mem_h mb                 = reg(b.ptr, m_gran);
+    std::vector<uint8_t> new_key = pack(mb, b.ptr, m_gran);
+    ucs_status_t status          = unpack(old_key);
+    printf("GPU md| stale key | old key after its export was withdrawn: %s "
+           "|\n", ucs_status_string(status));
+    EXPECT_NE(UCS_OK, status);
+    EXPECT_EQ(UCS_OK, unpack(new_key));
+    dereg(mb);
+    span_gpu_free(&b);
+}
+
+/* Unmapping the memory withdraws its export at once, while a registration
+ * still holds it */
+TEST_F(gpu_md, an_unmapped_unit_is_withdrawn_while_registered)
+{
+    span_gpu_buf_t a;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 2 * m_gran, 2, NULL, &a));
+    uct_mem_h ma             = reg(a.ptr, 2 * m_gran);
+    std::vector<uint8_t> key = pack(ma, a.ptr, 2 * m_gran);
+    int registered           = open_fds();
+    span_gpu_free(&a); /* cuMemUnmap: a memory event */
+    printf("GPU md| unmap | descriptors closed at the unmap: %d |\n",
+           registered - open_fds());
+    EXPECT_EQ(2, registered - open_fds());
+    EXPECT_NE(UCS_OK, unpack(key));
+    dereg(ma);
+}
 
 } // namespace
 

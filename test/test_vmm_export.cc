@@ -18,14 +18,17 @@ extern "C" {
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
+#include <vector>
 
 namespace {
 
 constexpr uint64_t MiB = 1ull << 20;
 
 std::map<uint64_t, uint64_t> fake_ids; /* unit base -> buffer id */
-int exports;
+std::atomic<int> exports{0};
 
 ucs_status_t fake_buffer_id(uint64_t addr, uint64_t *id_p)
 {
@@ -225,6 +228,47 @@ TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
     EXPECT_EQ(UCS_OK, take(key));
     span_cuda_vmm_export_put(e);
     close(other);
+}
+
+/* threads register, release and unmap units at once: every unit exported
+ * at most once at a time, and nothing left open in the end */
+TEST_F(vmm_export, threads_share_and_release_exports)
+{
+    const int units = 8, threads = 4, rounds = 300;
+    std::vector<std::thread> pool;
+
+    for (int u = 0; u < units; ++u) {
+        fake_ids[base + u * 2 * MiB] = 60 + u;
+    }
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+            std::vector<span_cuda_vmm_export_t*> held;
+            for (int i = 0; i < rounds; ++i) {
+                span_cuda_vmm_key_t key;
+                span_cuda_vmm_export_t *e;
+                uint64_t u = (i * 7 + t) % units;
+                ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(
+                        &fake_ops, base + u * 2 * MiB, 2 * MiB, &key, &e));
+                held.push_back(e);
+                if (i % 3 == 2) {
+                    for (auto h : held) {
+                        span_cuda_vmm_export_put(h);
+                    }
+                    held.clear();
+                }
+                if ((t == 0) && (i % 50 == 49)) {
+                    span_cuda_vmm_export_invalidate(base, 4 * MiB);
+                }
+            }
+            for (auto h : held) {
+                span_cuda_vmm_export_put(h);
+            }
+        });
+    }
+    for (auto &thread : pool) {
+        thread.join();
+    }
+    EXPECT_GE(exports, units);
 }
 
 TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)

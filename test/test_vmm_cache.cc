@@ -1,23 +1,25 @@
 /*
- * The import cache of VMM mappings, over an import that takes real copies of
- * this process's descriptors (pidfd_getfd) and maps nothing: one mapping per
- * exporter's units while they are exported, a new one once the exporter
- * closed or reused a descriptor, a bounded number kept unused, and every
- * mapping unmapped and every copy closed in the end.
+ * The import cache of VMM mappings, over real exports of this process (the
+ * export table, with memfds as units) and an import that maps nothing: one
+ * mapping per exporter's units while they are exported, a new one once the
+ * exporter withdrew them or another export took a descriptor's number, a
+ * bounded number kept unused, and every mapping unmapped and every
+ * descriptor and table view released in the end.
  */
 #include <gtest/gtest.h>
 
 extern "C" {
 #include "resolvers/span_cuda_vmm_cache.h"
+#include "resolvers/span_cuda_vmm_export.h"
 #include "span_spill.h"
 }
 
 #include <dirent.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 namespace {
@@ -37,21 +39,27 @@ int open_fds()
     return n;
 }
 
+ucs_status_t unit_buffer_id(uint64_t addr, uint64_t *id_p)
+{
+    *id_p = addr >> 21;
+    return UCS_OK;
+}
+
+ucs_status_t unit_export_fd(uint64_t base, int *fd_p)
+{
+    *fd_p = memfd_create("span-test-unit", MFD_CLOEXEC);
+    return (*fd_p >= 0) ? UCS_OK : UCS_ERR_IO_ERROR;
+}
+
+const span_cuda_vmm_export_ops_t unit_ops = {unit_buffer_id, unit_export_fd};
+
 } // namespace
 
-/* The import the cache calls, faked: the descriptor copies are real */
+/* The import the cache calls, faked */
 extern "C" ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                              const span_chunk_geom_t *geom,
-                                             span_cuda_vmm_map_t *map,
-                                             int *fds)
+                                             span_cuda_vmm_map_t *map)
 {
-    int pidfd = syscall(SYS_pidfd_open, getpid(), 0);
-    uint32_t i;
-
-    for (i = 0; i < geom->num_chunks; ++i) {
-        fds[i] = syscall(SYS_pidfd_getfd, pidfd, (int)keys[i].fd, 0);
-    }
-    close(pidfd);
     memset(map, 0, sizeof(*map));
     map->pid    = getpid();
     map->pid_ns = span_spill_pid_ns();
@@ -68,6 +76,16 @@ namespace {
 
 class vmm_cache : public ::testing::Test {
 protected:
+    static void SetUpTestSuite()
+    {
+        /* the export table lives as long as the process: made first */
+        span_cuda_vmm_key_t key;
+        span_cuda_vmm_export_t *e;
+        ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(&unit_ops, 0x7c0000000000ull,
+                                                   2 << 20, &key, &e));
+        span_cuda_vmm_export_put(e);
+    }
+
     void SetUp() override
     {
         imports = unmaps = 0;
@@ -77,38 +95,39 @@ protected:
     void TearDown() override
     {
         span_cuda_vmm_cache_purge();
-        for (int fd : m_exported) {
-            if (fd >= 0) {
-                close(fd);
-            }
+        for (auto &e : m_exports) {
+            span_cuda_vmm_export_put(e.second);
         }
         EXPECT_EQ(imports, unmaps) << "a mapping was left";
         EXPECT_EQ(m_fds_before, open_fds()) << "a descriptor was left";
     }
 
-    /* An exporter's unit: a descriptor of its own file */
-    int export_unit()
+    /* A unit the exporter (this process) exports, of 2 MiB */
+    span_cuda_vmm_key_t export_unit()
     {
-        int fd = memfd_create("span-test-unit", MFD_CLOEXEC);
-        m_exported.push_back(fd);
-        return fd;
+        static uint64_t next = 0x7d0000000000ull;
+        span_cuda_vmm_key_t key;
+        span_cuda_vmm_export_t *e;
+
+        EXPECT_EQ(UCS_OK, span_cuda_vmm_export_get(&unit_ops, next, 2 << 20,
+                                                   &key, &e));
+        next += 2 << 20;
+        m_exports[key.serial] = e;
+        return key;
     }
 
-    /* Keys of units with these descriptors, 2 MiB each */
-    std::vector<span_cuda_vmm_key_t> keys(const std::vector<int> &fds)
+    /* The exporter deregisters the unit; with reuse, the next export takes
+     * its descriptor's number (returned) */
+    span_cuda_vmm_key_t unexport(const span_cuda_vmm_key_t &key, bool reuse)
     {
-        std::vector<span_cuda_vmm_key_t> k(fds.size());
-
-        for (size_t i = 0; i < fds.size(); ++i) {
-            k[i]        = {};
-            k[i].magic  = SPAN_CUDA_VMM_MAGIC;
-            k[i].pid    = getpid();
-            k[i].fd     = fds[i];
-            k[i].size   = 2 << 20;
-            k[i].pid_ns = span_spill_pid_ns();
-            k[i].serial = 1 + i;
+        span_cuda_vmm_export_put(m_exports[key.serial]);
+        m_exports.erase(key.serial);
+        if (!reuse) {
+            return key;
         }
-        return k;
+        span_cuda_vmm_key_t again = export_unit();
+        EXPECT_EQ(key.fd, again.fd);
+        return again;
     }
 
     span_chunk_geom_t geom(uint32_t units)
@@ -129,31 +148,13 @@ protected:
         return map;
     }
 
-    /* The exporter deregisters a unit: closes its descriptor; with reuse,
-     * another file takes the same number */
-    void unexport(int fd, bool reuse)
-    {
-        int other = reuse ? memfd_create("span-test-other", MFD_CLOEXEC) :
-                            -1;
-
-        close(fd);
-        for (int &e : m_exported) {
-            e = (e == fd) ? -1 : e;
-        }
-        if (reuse) {
-            ASSERT_EQ(fd, dup2(other, fd));
-            close(other);
-            m_exported.push_back(fd);
-        }
-    }
-
-    int              m_fds_before;
-    std::vector<int> m_exported;
+    int m_fds_before;
+    std::map<uint64_t, span_cuda_vmm_export_t*> m_exports; /* by serial */
 };
 
 TEST_F(vmm_cache, units_still_exported_are_mapped_once)
 {
-    auto k = keys({export_unit(), export_unit()});
+    std::vector<span_cuda_vmm_key_t> k = {export_unit(), export_unit()};
     span_cuda_vmm_map_t *a = get(k), *b = get(k);
 
     EXPECT_EQ(a, b);
@@ -169,32 +170,34 @@ TEST_F(vmm_cache, units_still_exported_are_mapped_once)
 
 TEST_F(vmm_cache, a_deregistered_unit_is_mapped_anew)
 {
-    int fd = export_unit();
-    auto k = keys({export_unit(), fd});
+    span_cuda_vmm_key_t unit = export_unit();
+    std::vector<span_cuda_vmm_key_t> k = {export_unit(), unit};
 
     span_cuda_vmm_cache_put(get(k));
-    unexport(fd, false);
-    span_cuda_vmm_map_t *m = get(k); /* the import sees whatever is there */
+    unexport(unit, false);
+    span_cuda_vmm_map_t *m = get(k); /* the fake import maps anyway */
     EXPECT_EQ(2, imports);
     EXPECT_EQ(1, unmaps) << "the stale unused mapping was kept";
     span_cuda_vmm_cache_put(m);
+    EXPECT_EQ(2, unmaps) << "a mapping of a withdrawn export was cached";
 }
 
 TEST_F(vmm_cache, a_number_used_again_is_another_unit)
 {
-    int fd = export_unit();
-    auto k = keys({fd});
+    span_cuda_vmm_key_t unit = export_unit();
+    std::vector<span_cuda_vmm_key_t> k = {unit};
 
     span_cuda_vmm_map_t *old = get(k);
-    unexport(fd, true); /* while an rkey still uses the mapping */
-    span_cuda_vmm_map_t *m = get(k);
+    /* while an rkey still uses the mapping */
+    std::vector<span_cuda_vmm_key_t> k2 = {unexport(unit, true)};
+    span_cuda_vmm_map_t *m = get(k2);
     EXPECT_NE(old, m);
     EXPECT_EQ(2, imports);
     EXPECT_EQ(0, unmaps);
     span_cuda_vmm_cache_put(old); /* its last user: unmapped now */
     EXPECT_EQ(1, unmaps);
     span_cuda_vmm_cache_put(m);
-    EXPECT_EQ(m, get(k)) << "the live mapping is kept";
+    EXPECT_EQ(m, get(k2)) << "the live mapping is kept";
     span_cuda_vmm_cache_put(m);
 }
 
@@ -204,7 +207,7 @@ TEST_F(vmm_cache, unused_mappings_are_bounded)
     std::vector<std::vector<span_cuda_vmm_key_t>> k;
 
     for (int i = 0; i < n; ++i) {
-        k.push_back(keys({export_unit()}));
+        k.push_back({export_unit()});
         span_cuda_vmm_cache_put(get(k.back()));
     }
     EXPECT_EQ(n, imports);

@@ -37,6 +37,7 @@
 #include <ucs/sys/math.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #define SPAN_REGISTRY_BUCKETS_LOG 12
 #define SPAN_REGISTRY_BUCKETS     (1ul << SPAN_REGISTRY_BUCKETS_LOG)
@@ -69,9 +70,12 @@ typedef struct span_registry_slot {
     int                   listed;
 } span_registry_slot_t;
 
-static __thread span_registry_slot_t span_registry_slot;
+/* Slots are thread-specific data, not __thread: dynamic TLS of a library
+ * UCX dlopens goes through __tls_get_addr, which sanitizers intercept
+ * unreliably in threads */
 static UCS_LIST_HEAD(span_registry_slots);
 static pthread_key_t  span_registry_slot_key;
+static int            span_registry_slot_keyed;
 static pthread_once_t span_registry_slot_once = PTHREAD_ONCE_INIT;
 
 static void span_registry_stale(span_registry_entry_t *entry, uint64_t start,
@@ -221,19 +225,49 @@ static void span_registry_slot_exit(void *arg)
 
     pthread_mutex_lock(&span_registry_lock);
     done = span_registry_slot_drop(slot);
-    ucs_list_del(&slot->list);
-    slot->listed = 0;
+    if (slot->listed) {
+        ucs_list_del(&slot->list);
+    }
     pthread_mutex_unlock(&span_registry_lock);
     span_registry_teardown(done);
+    free(slot);
 }
 
 static void span_registry_slot_key_create(void)
 {
     if (pthread_key_create(&span_registry_slot_key,
                            span_registry_slot_exit) != 0) {
-        ucs_warn("span: no thread key: registrations a thread's slot holds "
-                 "at its exit are released when their MD closes");
+        ucs_warn("span: no thread key: requests inside registered device "
+                 "units take the registry's lock");
+        return;
     }
+    span_registry_slot_keyed = 1;
+}
+
+/* The calling thread's slot, or NULL where it has none yet */
+static UCS_F_ALWAYS_INLINE span_registry_slot_t *span_registry_slot_get(void)
+{
+    pthread_once(&span_registry_slot_once, span_registry_slot_key_create);
+    return span_registry_slot_keyed ?
+           pthread_getspecific(span_registry_slot_key) : NULL;
+}
+
+/* The calling thread's slot, made where it has none (not under the lock:
+ * it allocates); NULL without memory or a key */
+static span_registry_slot_t *span_registry_slot_make(void)
+{
+    span_registry_slot_t *slot = span_registry_slot_get();
+
+    if ((slot != NULL) || !span_registry_slot_keyed) {
+        return slot;
+    }
+    slot = calloc(1, sizeof(*slot));
+    if ((slot != NULL) &&
+        (pthread_setspecific(span_registry_slot_key, slot) != 0)) {
+        free(slot);
+        slot = NULL;
+    }
+    return slot;
 }
 
 /* The slot now holds the unit [start, end) of entry, with buffer id id;
@@ -253,7 +287,6 @@ span_registry_slot_set(span_registry_slot_t *slot,
     if (!slot->listed) {
         ucs_list_add_tail(&span_registry_slots, &slot->list);
         slot->listed = 1;
-        pthread_setspecific(span_registry_slot_key, slot);
     }
     slot->id    = id;
     slot->start = start;
@@ -263,13 +296,16 @@ span_registry_slot_set(span_registry_slot_t *slot,
 
 /* The request lies in the unit the thread's slot holds: served there */
 static UCS_F_ALWAYS_INLINE span_registry_entry_t *
-span_registry_slot_hit(const void *owner, uint64_t start, uint64_t length,
+span_registry_slot_hit(span_registry_slot_t *slot, const void *owner,
+                       uint64_t start, uint64_t length,
                        ucs_memory_type_t mem_type, uint64_t id, unsigned caps)
 {
-    span_registry_slot_t *slot   = &span_registry_slot;
-    span_registry_entry_t *entry = __atomic_load_n(&slot->entry,
-                                                   __ATOMIC_RELAXED);
+    span_registry_entry_t *entry;
 
+    if (slot == NULL) {
+        return NULL;
+    }
+    entry = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
     if ((entry == NULL) || (slot->id != id) || (entry->owner != owner) ||
         (start < slot->start) || (start >= slot->end) ||
         (length > slot->end - start) || (entry->mem_type != mem_type) ||
@@ -328,16 +364,18 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
                                                  uint64_t id, unsigned caps,
                                                  span_registry_check_func_t check)
 {
-    span_registry_entry_t *entry, *found = NULL, *done = NULL;
+    span_registry_slot_t *slot = span_registry_slot_get();
+    span_registry_entry_t *entry, *found, *done = NULL;
     uint64_t unit_start, unit_end;
     span_registry_unit_t *unit;
     uint32_t k;
 
-    found = span_registry_slot_hit(owner, start, length, mem_type, id, caps);
+    found = span_registry_slot_hit(slot, owner, start, length, mem_type, id,
+                                   caps);
     if (found != NULL) {
         return found;
     }
-    pthread_once(&span_registry_slot_once, span_registry_slot_key_create);
+    slot = span_registry_slot_make();
     pthread_mutex_lock(&span_registry_lock);
     ucs_hlist_for_each(unit,
                        span_registry_bucket(span_registry_by_identity, id),
@@ -357,14 +395,15 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
         span_registry_drain_mark(entry);
         __atomic_add_fetch(&entry->stats->hits, 1, __ATOMIC_RELAXED);
         found = entry;
-        done  = span_registry_slot_set(&span_registry_slot, entry, id,
-                                       unit_start, unit_end);
+        if (slot != NULL) {
+            done = span_registry_slot_set(slot, entry, id, unit_start,
+                                          unit_end);
+        }
         break;
     }
-    if ((found == NULL) && (span_registry_slot.entry != NULL) &&
-        (!span_registry_slot.entry->valid ||
-         span_registry_slot.entry->draining)) {
-        done = span_registry_slot_drop(&span_registry_slot); /* no use */
+    if ((found == NULL) && (slot != NULL) && (slot->entry != NULL) &&
+        (!slot->entry->valid || slot->entry->draining)) {
+        done = span_registry_slot_drop(slot); /* of no use */
     }
     pthread_mutex_unlock(&span_registry_lock);
     span_registry_teardown(done);
@@ -400,10 +439,11 @@ void span_registry_add(span_registry_entry_t *entry)
 
 int span_registry_release(span_registry_entry_t *entry)
 {
-    span_registry_slot_t *slot = &span_registry_slot;
+    span_registry_slot_t *slot = span_registry_slot_get();
     int done;
 
-    if ((__atomic_load_n(&slot->entry, __ATOMIC_RELAXED) == entry) &&
+    if ((slot != NULL) &&
+        (__atomic_load_n(&slot->entry, __ATOMIC_RELAXED) == entry) &&
         (slot->refs > 0)) {
         if ((--slot->refs > 0) ||
             !__atomic_load_n(&entry->draining, __ATOMIC_RELAXED)) {
@@ -418,8 +458,9 @@ int span_registry_release(span_registry_entry_t *entry)
     pthread_mutex_lock(&span_registry_lock);
     --entry->refcount;
     /* this thread's slot gives back what it handed out */
-    done = (slot->entry == entry) ? (span_registry_slot_drop(slot) == entry) :
-                                    span_registry_done(entry);
+    done = ((slot != NULL) && (slot->entry == entry)) ?
+           (span_registry_slot_drop(slot) == entry) :
+           span_registry_done(entry);
     pthread_mutex_unlock(&span_registry_lock);
     return done;
 }

@@ -109,15 +109,16 @@ ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p)
     return UCS_OK;
 }
 
-/* Maps one unit of the exporter's at addr; *fd_p: this process's copy */
+/* Maps one unit of the exporter's at addr */
 static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
                                            const span_cuda_vmm_key_t *key,
                                            uint32_t pid, uint64_t addr,
-                                           uint64_t size, int *fd_p)
+                                           uint64_t size)
 {
     CUmemGenericAllocationHandle handle;
     ucs_status_t status;
     CUresult res;
+    int fd;
 
     if ((key->magic != SPAN_CUDA_VMM_MAGIC) || (key->pid != pid) ||
         (key->size != size)) {
@@ -130,14 +131,14 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
     if (status != UCS_OK) {
         return status;
     }
-    /* kept: it tells whether the exporter still exports the unit */
-    status = span_cuda_vmm_table_take(pidfd, table, key, fd_p);
+    status = span_cuda_vmm_table_take(pidfd, table, key, &fd);
     if (status != UCS_OK) {
         return status;
     }
     res = span_libcuda.cuMemImportFromShareableHandle(
-            &handle, (void*)(uintptr_t)*fd_p,
+            &handle, (void*)(uintptr_t)fd,
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(fd); /* the handle holds the memory */
     if (res != CUDA_SUCCESS) {
         ucs_error("span cuda vmm: cannot import a unit of process %u: %d",
                   pid, res);
@@ -165,8 +166,7 @@ static void span_cuda_vmm_unmap_units(const span_chunk_geom_t *geom,
 static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
                                            const span_cuda_vmm_key_t *keys,
                                            const span_chunk_geom_t *geom,
-                                           uint64_t va, int *fds,
-                                           uint32_t *count_p)
+                                           uint64_t va, uint32_t *count_p)
 {
     ucs_status_t status;
     uint64_t start, length;
@@ -181,8 +181,7 @@ static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
     for (i = 0; i < geom->num_chunks; ++i) {
         span_chunk_range(geom, i, &start, &length);
         status = span_cuda_vmm_map_unit(pidfd, table, &keys[i], keys[0].pid,
-                                        va + (start - geom->base), length,
-                                        &fds[i]);
+                                        va + (start - geom->base), length);
         if (status != UCS_OK) {
             break;
         }
@@ -194,7 +193,7 @@ static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
 
 static ucs_status_t span_cuda_vmm_map_units(const span_cuda_vmm_key_t *keys,
                                             const span_chunk_geom_t *geom,
-                                            uint64_t va, int device, int *fds)
+                                            uint64_t va, int device)
 {
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
                               CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -214,7 +213,7 @@ static ucs_status_t span_cuda_vmm_map_units(const span_cuda_vmm_key_t *keys,
         ucs_error("span cuda vmm: pidfd_open(%u) failed: %m", keys[0].pid);
         return UCS_ERR_UNREACHABLE;
     }
-    status = span_cuda_vmm_map_keys(pidfd, keys, geom, va, fds, &mapped);
+    status = span_cuda_vmm_map_keys(pidfd, keys, geom, va, &mapped);
     close(pidfd);
     if ((status == UCS_OK) &&
         (span_libcuda.cuMemSetAccess(va, geom->length, &access, 1) !=
@@ -229,16 +228,12 @@ static ucs_status_t span_cuda_vmm_map_units(const span_cuda_vmm_key_t *keys,
 
 ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map, int *fds)
+                                  span_cuda_vmm_map_t *map)
 {
     CUdeviceptr va;
     ucs_status_t status;
-    uint32_t i;
     int pushed;
 
-    for (i = 0; i < geom->num_chunks; ++i) {
-        fds[i] = -1;
-    }
     map->device = 0;
     if (!span_cuda_vmm_ready() ||
         (span_cuda_vmm_ctx_enter(&map->device, &pushed) != UCS_OK)) {
@@ -249,7 +244,7 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
     status = UCS_ERR_NO_MEMORY;
     if (span_libcuda.cuMemAddressReserve(&va, geom->length, 0, 0, 0) ==
         CUDA_SUCCESS) {
-        status = span_cuda_vmm_map_units(keys, geom, va, map->device, fds);
+        status = span_cuda_vmm_map_units(keys, geom, va, map->device);
         if (status != UCS_OK) {
             span_libcuda.cuMemAddressFree(va, geom->length);
         }
@@ -278,7 +273,7 @@ ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p)
 
 ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map, int *fds)
+                                  span_cuda_vmm_map_t *map)
 {
     ucs_error("span: built without CUDA: cannot map %u device units",
               geom->num_chunks);

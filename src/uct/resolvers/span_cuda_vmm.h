@@ -72,14 +72,11 @@ typedef struct span_cuda_vmm_map {
     uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
 } span_cuda_vmm_map_t;
 
-/* Maps the geometry's units from their keys, contiguous; fds[i]
- * is this process's copy of unit i's descriptor (-1 where none was taken),
- * the caller's to close, also on failure. Through the import cache
- * (span_cuda_vmm_cache.h), which keeps those copies to tell whether the
- * exporter still exports the units. */
+/* Maps the geometry's units from their keys, contiguous. Through the
+ * import cache (span_cuda_vmm_cache.h). */
 ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map, int *fds);
+                                  span_cuda_vmm_map_t *map);
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);
 
 /* Orders mappings by the exporter's units they map (not by where they are

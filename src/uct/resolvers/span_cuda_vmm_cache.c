@@ -6,10 +6,10 @@
 #endif
 
 #include "span_cuda_vmm_cache.h"
+#include "span_cuda_vmm_export.h"
 
 #include <ucs/datastruct/list.h>
 #include <ucs/debug/log_def.h>
-#include <linux/kcmp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,26 +22,23 @@ typedef struct span_cuda_vmm_entry {
     int                 listed;
     unsigned            refcount;  /* rkeys that use it */
     span_chunk_geom_t   geom;
+    span_cuda_vmm_table_view_t view; /* the exporter's table */
     size_t              keys_size;
-    int                 *fds;      /* this process's copies, per unit */
-    uint32_t            *peer_fds; /* the exporter's numbers, per unit */
-    uint8_t             keys[];    /* as the exporter packed them */
+    span_cuda_vmm_key_t keys[];    /* as the exporter packed them */
 } span_cuda_vmm_entry_t;
 
 static UCS_LIST_HEAD(span_cuda_vmm_cache);
 static unsigned        span_cuda_vmm_cache_idle; /* listed, refcount 0 */
 static pthread_mutex_t span_cuda_vmm_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Whether the exporter still has, at every unit's number, the open file
- * this process copied */
+/* Whether the exporter's table still says that every unit is the export
+ * the keys name: memory reads, no system call */
 static int span_cuda_vmm_entry_alive(const span_cuda_vmm_entry_t *entry)
 {
-    pid_t self = getpid();
     uint32_t i;
 
     for (i = 0; i < entry->geom.num_chunks; ++i) {
-        if (syscall(SYS_kcmp, self, (pid_t)entry->map.pid, KCMP_FILE,
-                    entry->fds[i], entry->peer_fds[i]) != 0) {
+        if (!span_cuda_vmm_table_view_holds(&entry->view, &entry->keys[i])) {
             return 0;
         }
     }
@@ -51,18 +48,10 @@ static int span_cuda_vmm_entry_alive(const span_cuda_vmm_entry_t *entry)
 static void span_cuda_vmm_entry_free(span_cuda_vmm_entry_t *entry,
                                      int mapped)
 {
-    uint32_t i;
-
     if (mapped) {
         span_cuda_vmm_unmap(&entry->map);
     }
-    for (i = 0; i < entry->geom.num_chunks; ++i) {
-        if (entry->fds[i] >= 0) {
-            close(entry->fds[i]);
-        }
-    }
-    free(entry->fds);
-    free(entry->peer_fds);
+    span_cuda_vmm_table_view_close(&entry->view);
     free(entry);
 }
 
@@ -136,32 +125,17 @@ static ucs_status_t span_cuda_vmm_entry_new(const span_cuda_vmm_key_t *keys,
     size_t size = (size_t)geom->num_chunks * sizeof(*keys);
     span_cuda_vmm_entry_t *entry;
     ucs_status_t status;
-    uint32_t i;
 
     entry = calloc(1, sizeof(*entry) + size);
-    if (entry != NULL) {
-        entry->fds      = malloc(geom->num_chunks * sizeof(*entry->fds));
-        entry->peer_fds = malloc(geom->num_chunks * sizeof(*entry->peer_fds));
-    }
-    if ((entry == NULL) || (entry->fds == NULL) ||
-        (entry->peer_fds == NULL)) {
+    if (entry == NULL) {
         ucs_error("span cuda vmm: no memory to map %u units",
                   geom->num_chunks);
-        if (entry != NULL) {
-            free(entry->fds);
-            free(entry->peer_fds);
-            free(entry);
-        }
         return UCS_ERR_NO_MEMORY;
     }
-
-    status = span_cuda_vmm_import(keys, geom, &entry->map, entry->fds);
+    status = span_cuda_vmm_import(keys, geom, &entry->map);
     if (status != UCS_OK) {
-        span_cuda_vmm_entry_free(entry, 0);
+        free(entry);
         return status;
-    }
-    for (i = 0; i < geom->num_chunks; ++i) {
-        entry->peer_fds[i] = keys[i].fd; /* checked by the import */
     }
     entry->geom      = *geom;
     entry->keys_size = size;
@@ -195,16 +169,18 @@ ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
         return status;
     }
     /* listed only where this process can tell that the exporter still
-     * exports the units: kcmp needs the rights pidfd_getfd had */
-    if (span_cuda_vmm_entry_alive(entry)) {
+     * exports the units: it maps the exporter's table */
+    if ((span_cuda_vmm_table_view_open(keys, geom->num_chunks,
+                                       &entry->view) == UCS_OK) &&
+        span_cuda_vmm_entry_alive(entry)) {
         pthread_mutex_lock(&span_cuda_vmm_cache_lock);
         ucs_list_add_tail(&span_cuda_vmm_cache, &entry->list);
         entry->listed = 1;
         pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
     } else {
-        ucs_debug("span cuda vmm: kcmp(process %u) refused: %m; the mapping "
-                  "of %u units is not cached", entry->map.pid,
-                  geom->num_chunks);
+        ucs_debug("span cuda vmm: the export table of process %u cannot be "
+                  "mapped or no longer holds the units: the mapping of %u "
+                  "units is not cached", entry->map.pid, geom->num_chunks);
     }
     *map_p = &entry->map;
     return UCS_OK;
@@ -222,6 +198,9 @@ void span_cuda_vmm_cache_put(span_cuda_vmm_map_t *map)
     if (--entry->refcount == 0) {
         if (!entry->listed) {
             ucs_list_add_tail(&dropped, &entry->list);
+        } else if (!span_cuda_vmm_entry_alive(entry)) {
+            ++span_cuda_vmm_cache_idle; /* as unlisting an unused one counts */
+            span_cuda_vmm_entry_unlist(entry, &dropped);
         } else {
             /* most recently used last */
             ucs_list_del(&entry->list);

@@ -2,14 +2,16 @@
  * Imported VMM mappings, shared by every rkey that names the same units of
  * the same exporter (UCP unpacks a rendezvous rkey per message), and kept
  * when unused, up to SPAN_CUDA_VMM_CACHE_IDLE of them, while the exporter
- * still exports the units: this process keeps its copy of each unit's
- * descriptor (span_cuda_vmm_import), and kcmp(2) tells whether the
- * exporter's descriptor of that number is still the same open file (the
- * exporter closes it when it deregisters; a number used again is another
- * file). A mapping of units the exporter no longer exports, or of an
- * exporter that exited, is never served; unused ones are dropped at the
- * next lookup or when a cuda twin MD closes. Where kcmp is not permitted, a
- * mapping lives only as long as its rkeys. Thread safe.
+ * still exports the units: each mapping keeps a read-only view of the
+ * exporter's export table (span_cuda_vmm_export.h), and a lookup checks in
+ * it, by reading memory, that every unit is still the export its key names
+ * (the exporter clears a unit's entry before it closes the descriptor). A
+ * mapping of units the exporter no longer exports is never served; unused
+ * ones are dropped at the next lookup or when a cuda twin MD closes. An
+ * exporter that exits leaves its table as it was: its own rkeys may still
+ * be served the memory they named, which this process's mapping keeps, and
+ * never other memory. Where the table cannot be mapped, a mapping lives
+ * only as long as its rkeys. Thread safe.
  */
 #ifndef SPAN_CUDA_VMM_CACHE_H_
 #define SPAN_CUDA_VMM_CACHE_H_

@@ -15,6 +15,7 @@
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -101,10 +102,13 @@ static ucs_status_t span_cuda_vmm_table_reserve(int fd)
             header[1] = ((uint64_t)time(NULL) << 32) ^ getpid();
         }
         span_cuda_vmm_exports.table = memfd_create(SPAN_CUDA_VMM_TABLE_NAME,
-                                                   MFD_CLOEXEC);
+                                                   MFD_CLOEXEC |
+                                                   MFD_ALLOW_SEALING);
         if ((span_cuda_vmm_exports.table < 0) ||
             (pwrite(span_cuda_vmm_exports.table, header, sizeof(header), 0) !=
-             sizeof(header))) {
+             sizeof(header)) ||
+            (fcntl(span_cuda_vmm_exports.table, F_ADD_SEALS,
+                   F_SEAL_SHRINK | F_SEAL_SEAL) != 0)) {
             ucs_error("span cuda vmm: cannot make the export table: %m");
             if (span_cuda_vmm_exports.table >= 0) {
                 close(span_cuda_vmm_exports.table);
@@ -376,4 +380,73 @@ ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
               "unmapped since the rkey was packed)", key->fd, key->pid,
               key->serial, key->size);
     return UCS_ERR_INVALID_ADDR;
+}
+
+ucs_status_t span_cuda_vmm_table_view_open(const span_cuda_vmm_key_t *keys,
+                                           uint32_t n,
+                                           span_cuda_vmm_table_view_t *view)
+{
+    ucs_status_t status = UCS_ERR_UNREACHABLE;
+    uint32_t max_fd     = 0, i;
+    struct stat st;
+    int pidfd, table;
+    size_t length;
+    void *base;
+
+    for (i = 0; i < n; ++i) {
+        max_fd = ucs_max(max_fd, keys[i].fd);
+    }
+    length = span_cuda_vmm_table_offset(max_fd + 1);
+    pidfd  = syscall(SYS_pidfd_open, keys[0].pid, 0);
+    if (pidfd < 0) {
+        return UCS_ERR_UNREACHABLE;
+    }
+    if (span_cuda_vmm_table_open(pidfd, &keys[0], &table) != UCS_OK) {
+        goto out_pidfd;
+    }
+    /* sealed: the exporter cannot shrink it under the mapping (a read past
+     * a memfd's end is SIGBUS) */
+    if (!(fcntl(table, F_GET_SEALS) & F_SEAL_SHRINK) ||
+        (fstat(table, &st) != 0) || ((uint64_t)st.st_size < length)) {
+        ucs_debug("span cuda vmm: the export table of process %u is not "
+                  "sealed or shorter than %zu bytes", keys[0].pid, length);
+        goto out_table;
+    }
+    base = mmap(NULL, length, PROT_READ, MAP_SHARED, table, 0);
+    if (base == MAP_FAILED) {
+        goto out_table;
+    }
+    view->base   = base;
+    view->length = length;
+    status       = UCS_OK;
+out_table:
+    close(table);
+out_pidfd:
+    close(pidfd);
+    return status;
+}
+
+void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view)
+{
+    if (view->base != NULL) {
+        munmap((void*)view->base, view->length);
+        view->base = NULL;
+    }
+}
+
+int span_cuda_vmm_table_view_holds(const span_cuda_vmm_table_view_t *view,
+                                   const span_cuda_vmm_key_t *key)
+{
+    const volatile span_cuda_vmm_table_entry_t *entry;
+    uint64_t offset = span_cuda_vmm_table_offset(key->fd);
+
+    if ((view->base == NULL) ||
+        (offset + sizeof(*entry) > view->length)) {
+        return 0;
+    }
+    entry = (const volatile span_cuda_vmm_table_entry_t*)
+            ((const uint8_t*)view->base + offset);
+    /* the exporter clears the serial first: a torn read never matches
+     * another export's serial and size both */
+    return (entry->serial == key->serial) && (entry->size == key->size);
 }

@@ -18,7 +18,10 @@
  * Table layout (this build's byte order, same node only): offset 0, magic
  * SPAN_CUDA_VMM_TABLE_MAGIC and the table id (8 bytes each); entry of
  * descriptor fd at SPAN_CUDA_VMM_TABLE_FIRST + 16 * fd: serial and size
- * (8 bytes each), zero where fd is not an export.
+ * (8 bytes each), zero where fd is not an export. The memfd is sealed
+ * against shrinking, so that an importer may map it (a view): whether a
+ * cached import is still exported is then a read of memory, not a system
+ * call per unit for every rendezvous message.
  */
 #ifndef SPAN_CUDA_VMM_EXPORT_H_
 #define SPAN_CUDA_VMM_EXPORT_H_
@@ -61,5 +64,24 @@ ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_cuda_vmm_key_t *key,
 ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
                                       const span_cuda_vmm_key_t *key,
                                       int *fd_p);
+
+/* Importer: a read-only mapping of an exporter's table, up to the entries
+ * of the keys it was opened for */
+typedef struct span_cuda_vmm_table_view {
+    const void *base;
+    size_t     length;
+} span_cuda_vmm_table_view_t;
+
+/* Maps the table of the exporter that the n keys name (checked to be one,
+ * sealed against shrinking); UCS_ERR_UNREACHABLE where it cannot */
+ucs_status_t span_cuda_vmm_table_view_open(const span_cuda_vmm_key_t *keys,
+                                           uint32_t n,
+                                           span_cuda_vmm_table_view_t *view);
+
+void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view);
+
+/* Whether the table still says that key's descriptor is its export */
+int span_cuda_vmm_table_view_holds(const span_cuda_vmm_table_view_t *view,
+                                   const span_cuda_vmm_key_t *key);
 
 #endif

@@ -75,38 +75,58 @@ static int span_bench_units(unsigned handles)
     return 0;
 }
 
+/* Registers sub-buffer i of base and, with rkey, packs its key */
+static int span_bench_reg_one(uct_md_h md, char *base, unsigned i,
+                              uct_mem_h *memh, uint8_t *rkey)
+{
+    uct_md_mem_reg_params_t reg = {.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE,
+                                   .mem_type   = UCS_MEMORY_TYPE_CUDA};
+    uct_md_mkey_pack_params_t pack = {.field_mask = 0};
+    char *buf                      = base + ((size_t)i * 8192) + 64;
+
+    if ((md->ops->mem_reg(md, buf, 4096, &reg, &memh[i]) != UCS_OK) ||
+        ((rkey != NULL) &&
+         (md->ops->mkey_pack(md, memh[i], buf, 4096, &pack, rkey) !=
+          UCS_OK))) {
+        fprintf(stderr, "registration %u failed\n", i);
+        return 0;
+    }
+    return 1;
+}
+
+static void span_bench_dereg_all(uct_md_h md, unsigned count,
+                                 uct_mem_h *memh)
+{
+    uct_md_mem_dereg_params_t dereg = {.field_mask =
+                                           UCT_MD_MEM_DEREG_FIELD_MEMH};
+    unsigned i;
+
+    for (i = 0; i < count; ++i) {
+        dereg.memh = memh[i];
+        md->ops->mem_dereg(md, &dereg);
+    }
+}
+
 /* Seconds to register and pack count sub-buffers (then deregistered);
  * with warm, sub-buffer 0 is registered before the clock starts and the
  * others timed: requests inside an allocation registered already */
 static double span_bench_reg_run(uct_md_h md, char *base, unsigned count,
                                  uct_mem_h *memh, int warm)
 {
-    uct_md_mem_reg_params_t reg = {.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE,
-                                   .mem_type   = UCS_MEMORY_TYPE_CUDA};
-    uct_md_mkey_pack_params_t pack   = {.field_mask = 0};
-    uct_md_mem_dereg_params_t dereg  = {.field_mask =
-                                            UCT_MD_MEM_DEREG_FIELD_MEMH};
-    uint8_t rkey[256];
     double start = 0, end;
+    uint8_t rkey[256];
     unsigned i;
 
     for (i = 0; i < count; ++i) {
-        char *buf = base + ((size_t)i * 8192) + 64;
         if (i == !!warm) {
             start = span_stats_now();
         }
-        if ((md->ops->mem_reg(md, buf, 4096, &reg, &memh[i]) != UCS_OK) ||
-            (md->ops->mkey_pack(md, memh[i], buf, 4096, &pack, rkey) !=
-             UCS_OK)) {
-            fprintf(stderr, "registration %u failed\n", i);
+        if (!span_bench_reg_one(md, base, i, memh, rkey)) {
             return -1;
         }
     }
     end = span_stats_now();
-    for (i = 0; i < count; ++i) {
-        dereg.memh = memh[i];
-        md->ops->mem_dereg(md, &dereg);
-    }
+    span_bench_dereg_all(md, count, memh);
     return end - start;
 }
 
@@ -116,23 +136,16 @@ static void span_bench_reg_parts(uct_md_h md, char *base, unsigned count,
                                  uct_mem_h *memh, double *reg_p,
                                  double *pack_p)
 {
-    uct_md_mem_reg_params_t reg = {.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE,
-                                   .mem_type   = UCS_MEMORY_TYPE_CUDA};
-    uct_md_mkey_pack_params_t pack  = {.field_mask = 0};
-    uct_md_mem_dereg_params_t dereg = {.field_mask =
-                                           UCT_MD_MEM_DEREG_FIELD_MEMH};
-    uint8_t rkey[256];
+    uct_md_mkey_pack_params_t pack = {.field_mask = 0};
     double start = 0;
+    uint8_t rkey[256];
     unsigned i;
 
     for (i = 0; i < count; ++i) {
         if (i == 1) {
             start = span_stats_now();
         }
-        if (md->ops->mem_reg(md, base + ((size_t)i * 8192) + 64, 4096, &reg,
-                             &memh[i]) != UCS_OK) {
-            fprintf(stderr, "registration %u failed\n", i);
-        }
+        span_bench_reg_one(md, base, i, memh, NULL);
     }
     *reg_p = span_stats_now() - start;
     start  = span_stats_now();
@@ -141,10 +154,7 @@ static void span_bench_reg_parts(uct_md_h md, char *base, unsigned count,
                            &pack, rkey);
     }
     *pack_p = span_stats_now() - start;
-    for (i = 0; i < count; ++i) {
-        dereg.memh = memh[i];
-        md->ops->mem_dereg(md, &dereg);
-    }
+    span_bench_dereg_all(md, count, memh);
 }
 
 /* Seconds of the one driver call the twin makes per registration inside a

@@ -15,8 +15,9 @@ extern "C" {
 #include "ucx/span_ucx.h" /* the v2 MD calls */
 }
 
+#include "test_fds.h"
+
 #include <gtest/gtest.h>
-#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
@@ -336,16 +337,6 @@ protected:
         }
     }
 
-    static int open_fds()
-    {
-        DIR *dir = opendir("/proc/self/fd");
-        int n    = 0;
-        while (readdir(dir) != NULL) {
-            ++n;
-        }
-        closedir(dir);
-        return n;
-    }
 
     uct_mem_h reg(void *ptr, size_t length)
     {
@@ -396,21 +387,21 @@ TEST_F(gpu_md, registrations_of_a_growing_segment_share_their_exports)
 {
     span_gpu_buf_t buf;
     ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 6 * m_gran, 6, NULL, &buf));
-    int before = open_fds();
+    int before = test_open_fds();
 
     uct_mem_h a = reg(buf.ptr, 4 * m_gran);
-    int first   = open_fds() - before;
+    int first   = test_open_fds() - before;
     uct_mem_h b = reg(buf.ptr, 6 * m_gran);
-    int second  = open_fds() - before - first;
+    int second  = test_open_fds() - before - first;
     printf("GPU md| exports | descriptors: %d for 4 handles, %d more for 6 "
            "|\n", first, second);
     EXPECT_GE(first, 4); /* and the export table, the first time */
     EXPECT_LE(first, 5);
     EXPECT_EQ(2, second);
     dereg(b);
-    EXPECT_EQ(before + first, open_fds()) << "the shared 4 are still held";
+    EXPECT_EQ(before + first, test_open_fds()) << "the shared 4 are still held";
     dereg(a);
-    EXPECT_LE(open_fds(), before + 1); /* the table stays */
+    EXPECT_LE(test_open_fds(), before + 1); /* the table stays */
     span_gpu_free(&buf);
 }
 
@@ -428,11 +419,11 @@ TEST_F(gpu_md, a_buffer_in_a_later_handle_is_served_by_the_registration)
     EXPECT_EQ(0x4, key[1] & 0x6) << "spilled, or not span's VMM keys";
     EXPECT_EQ(UCS_OK, unpack(key));
 
-    int before    = open_fds();
+    int before    = test_open_fds();
     char *inside  = (char*)buf.ptr + (11 * m_gran) + 4109;
     uct_mem_h sub = reg(inside, m_gran); /* over handles 11 and 12 */
     EXPECT_EQ(whole, sub);
-    EXPECT_EQ(before, open_fds()) << "exported again";
+    EXPECT_EQ(before, test_open_fds()) << "exported again";
     dereg(sub);
     dereg(whole);
     span_gpu_free(&buf);
@@ -470,11 +461,11 @@ TEST_F(gpu_md, an_unmapped_unit_is_withdrawn_while_registered)
     ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 2 * m_gran, 2, NULL, &a));
     uct_mem_h ma             = reg(a.ptr, 2 * m_gran);
     std::vector<uint8_t> key = pack(ma, a.ptr, 2 * m_gran);
-    int registered           = open_fds();
+    int registered           = test_open_fds();
     span_gpu_free(&a); /* cuMemUnmap: a memory event */
     printf("GPU md| unmap | descriptors closed at the unmap: %d |\n",
-           registered - open_fds());
-    EXPECT_EQ(2, registered - open_fds());
+           registered - test_open_fds());
+    EXPECT_EQ(2, registered - test_open_fds());
     EXPECT_NE(UCS_OK, unpack(key));
     dereg(ma);
 }

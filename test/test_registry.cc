@@ -25,6 +25,13 @@ constexpr uint64_t MiB = 1ull << 20;
 /* The buffer ids the fake driver reports, by unit start */
 std::map<uint64_t, uint64_t> fake_ids;
 std::atomic<unsigned> destroyed{0};
+
+void wait_for(const std::atomic<int> &step, int value)
+{
+    while (step != value) {
+        std::this_thread::yield();
+    }
+}
 std::atomic<unsigned> checks{0};
 
 int fake_check(const void *owner, uint64_t addr, uint64_t id)
@@ -222,13 +229,9 @@ TEST_F(registry, a_live_thread_slot_keeps_a_released_entry_until_purge)
         got.push_back(within(base + 4096, 4096));
         got.push_back(within(base + 8192, 4096));
         step = 1;
-        while (step != 2) {
-            std::this_thread::yield();
-        }
+        wait_for(step, 2);
     });
-    while (step != 1) {
-        std::this_thread::yield();
-    }
+    wait_for(step, 1);
     for (auto entry : got) {
         ASSERT_EQ(&reg.entry, entry);
         release(entry);
@@ -254,17 +257,13 @@ TEST_F(registry, a_draining_entry_is_torn_down_by_the_slot_that_held_it)
         EXPECT_EQ(&reg.entry, entry);
         ASSERT_EQ(&reg.entry, within(base + 4096, 4096)); /* slot's */
         step = 1;
-        while (step != 2) {
-            std::this_thread::yield();
-        }
+        wait_for(step, 2);
         release(entry);
         EXPECT_EQ(0u, destroyed.load());
         release(entry);
         EXPECT_EQ(1u, destroyed.load());
     });
-    while (step != 1) {
-        std::this_thread::yield();
-    }
+    wait_for(step, 1);
     release(&reg.entry);
     EXPECT_EQ(0u, destroyed.load());
     step = 2;

@@ -6,6 +6,8 @@
  * bounded number kept unused, and every mapping unmapped and every
  * descriptor and table view released in the end.
  */
+#include "test_fds.h"
+
 #include <gtest/gtest.h>
 
 extern "C" {
@@ -14,7 +16,6 @@ extern "C" {
 #include "span_spill.h"
 }
 
-#include <dirent.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,19 +26,6 @@ extern "C" {
 namespace {
 
 int imports, unmaps;
-
-/* Descriptors open in this process */
-int open_fds()
-{
-    DIR *dir = opendir("/proc/self/fd");
-    int n    = 0;
-
-    while (readdir(dir) != NULL) {
-        ++n;
-    }
-    closedir(dir);
-    return n;
-}
 
 ucs_status_t unit_buffer_id(uint64_t addr, uint64_t *id_p)
 {
@@ -89,7 +77,7 @@ protected:
     void SetUp() override
     {
         imports = unmaps = 0;
-        m_fds_before     = open_fds();
+        m_fds_before     = test_open_fds();
     }
 
     void TearDown() override
@@ -99,7 +87,7 @@ protected:
             span_cuda_vmm_export_put(e.second);
         }
         EXPECT_EQ(imports, unmaps) << "a mapping was left";
-        EXPECT_EQ(m_fds_before, open_fds()) << "a descriptor was left";
+        EXPECT_EQ(m_fds_before, test_open_fds()) << "a descriptor was left";
     }
 
     /* A unit the exporter (this process) exports, of 2 MiB */

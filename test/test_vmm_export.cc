@@ -6,13 +6,14 @@
  * only while the table says it is the export its key names: a number used
  * again by another export is refused, not mapped.
  */
+#include "test_fds.h"
+
 #include <gtest/gtest.h>
 
 extern "C" {
 #include "resolvers/span_cuda_vmm_export.h"
 }
 
-#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -49,18 +50,6 @@ ucs_status_t fake_export_fd(uint64_t base, int *fd_p)
 
 const span_cuda_vmm_export_ops_t fake_ops = {fake_buffer_id, fake_export_fd};
 
-int open_fds()
-{
-    DIR *dir = opendir("/proc/self/fd");
-    int n    = 0;
-
-    while (readdir(dir) != NULL) {
-        ++n;
-    }
-    closedir(dir);
-    return n;
-}
-
 class vmm_export : public ::testing::Test {
 protected:
     static void SetUpTestSuite()
@@ -79,7 +68,7 @@ protected:
     {
         fake_ids.clear();
         exports  = 0;
-        fds      = open_fds();
+        fds      = test_open_fds();
         pidfd    = syscall(SYS_pidfd_open, getpid(), 0);
         ASSERT_GE(pidfd, 0);
     }
@@ -87,7 +76,7 @@ protected:
     void TearDown() override
     {
         close(pidfd);
-        EXPECT_EQ(fds, open_fds()) << "a descriptor was left";
+        EXPECT_EQ(fds, test_open_fds()) << "a descriptor was left";
     }
 
     span_cuda_vmm_export_t *get(uint64_t addr, uint64_t size,

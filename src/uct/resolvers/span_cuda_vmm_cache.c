@@ -199,8 +199,10 @@ void span_cuda_vmm_cache_put(span_cuda_vmm_map_t *map)
         if (!entry->listed) {
             ucs_list_add_tail(&dropped, &entry->list);
         } else if (!span_cuda_vmm_entry_alive(entry)) {
-            ++span_cuda_vmm_cache_idle; /* as unlisting an unused one counts */
-            span_cuda_vmm_entry_unlist(entry, &dropped);
+            /* its units were withdrawn while it was in use */
+            ucs_list_del(&entry->list);
+            entry->listed = 0;
+            ucs_list_add_tail(&dropped, &entry->list);
         } else {
             /* most recently used last */
             ucs_list_del(&entry->list);

@@ -71,6 +71,17 @@ static void span_fuzz_lookup(const span_chunk_geom_t *geom, uint64_t addr)
     abort();
 }
 
+/* Span's VMM unit keys, decoded as span_rkey_unpack does */
+static void span_fuzz_vmm_keys(const span_rkey_desc_t *desc)
+{
+    span_cuda_vmm_key_t *keys = malloc(desc->geom.num_chunks * sizeof(*keys));
+
+    if (keys != NULL) {
+        span_rkey_vmm_keys(desc, keys);
+        free(keys);
+    }
+}
+
 /* What an importer does with a parsed key */
 static void span_fuzz_use(const span_rkey_desc_t *desc)
 {
@@ -79,7 +90,11 @@ static void span_fuzz_use(const span_rkey_desc_t *desc)
     uint32_t i;
 
     /* spilled keys are read from the exporter (span_spill.c), not here */
-    for (i = 0; !desc->spilled && (i < geom->num_chunks); ++i) {
+    if (desc->span_vmm && !desc->spilled) {
+        span_fuzz_vmm_keys(desc);
+    }
+    for (i = 0; !desc->spilled && !desc->span_vmm &&
+                (i < geom->num_chunks); ++i) {
         span_rkey_key(desc, i, key);
     }
     span_fuzz_lookup(geom, geom->base);

@@ -85,8 +85,8 @@ ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc);
 /* FNV-1a 32 of size bytes, as the format uses it */
 uint32_t span_rkey_hash(const void *data, size_t size);
 
-/* Inner key of chunk index of a parsed rkey whose keys are inline, key_size
- * bytes */
+/* Inner key of chunk index of a parsed rkey whose inner keys are inline,
+ * key_size bytes (span_vmm keys: span_rkey_vmm_keys) */
 void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key);
 
 /* The n unit keys of a parsed span_vmm rkey that carries them inline;

@@ -219,8 +219,6 @@ uint32_t span_cuda_widen(const span_cuda_ops_t *ops, span_cuda_extent_t *extent,
 static CUresult span_cuda_range_in_ctx(CUdeviceptr addr, CUdeviceptr *base,
                                        size_t *size)
 {
-    CUcontext ctx, popped;
-    CUdevice dev;
     CUresult res;
     int ordinal;
 
@@ -228,17 +226,11 @@ static CUresult span_cuda_range_in_ctx(CUdeviceptr addr, CUdeviceptr *base,
                                              CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                              addr);
     if ((res != CUDA_SUCCESS) ||
-        ((res = span_libcuda.cuDeviceGet(&dev, ordinal)) != CUDA_SUCCESS) ||
-        ((res = span_libcuda.cuDevicePrimaryCtxRetain(&ctx, dev)) !=
-         CUDA_SUCCESS)) {
+        ((res = span_libcuda_primary_push(ordinal)) != CUDA_SUCCESS)) {
         return res;
     }
-    res = span_libcuda.cuCtxPushCurrent(ctx);
-    if (res == CUDA_SUCCESS) {
-        res = span_libcuda.cuMemGetAddressRange(base, size, addr);
-        span_libcuda.cuCtxPopCurrent(&popped);
-    }
-    span_libcuda.cuDevicePrimaryCtxRelease(dev);
+    res = span_libcuda.cuMemGetAddressRange(base, size, addr);
+    span_libcuda_primary_pop(ordinal);
     return res;
 }
 

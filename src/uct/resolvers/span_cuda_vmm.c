@@ -56,13 +56,7 @@ static ucs_status_t span_cuda_vmm_ctx_enter(int *device_p, int *pushed_p)
         return (span_libcuda.cuCtxGetDevice(&dev) == CUDA_SUCCESS) ?
                (*device_p = dev, UCS_OK) : UCS_ERR_NO_DEVICE;
     }
-    if ((span_libcuda.cuDeviceGet(&dev, *device_p) != CUDA_SUCCESS) ||
-        (span_libcuda.cuDevicePrimaryCtxRetain(&ctx, dev) !=
-         CUDA_SUCCESS)) {
-        return UCS_ERR_NO_DEVICE;
-    }
-    if (span_libcuda.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) {
-        span_libcuda.cuDevicePrimaryCtxRelease(dev);
+    if (span_libcuda_primary_push(*device_p) != CUDA_SUCCESS) {
         return UCS_ERR_NO_DEVICE;
     }
     *pushed_p = 1;
@@ -71,14 +65,8 @@ static ucs_status_t span_cuda_vmm_ctx_enter(int *device_p, int *pushed_p)
 
 static void span_cuda_vmm_ctx_leave(int device, int pushed)
 {
-    CUcontext ctx;
-    CUdevice dev;
-
     if (pushed) {
-        span_libcuda.cuCtxPopCurrent(&ctx);
-        if (span_libcuda.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
-            span_libcuda.cuDevicePrimaryCtxRelease(dev);
-        }
+        span_libcuda_primary_pop(device);
     }
 }
 

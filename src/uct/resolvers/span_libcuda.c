@@ -47,3 +47,32 @@ int span_libcuda_load(unsigned users)
     return !(span_libcuda_missing & users);
 }
 #endif
+
+CUresult span_libcuda_primary_push(int device)
+{
+    CUcontext ctx;
+    CUdevice dev;
+    CUresult res;
+
+    if (((res = span_libcuda.cuDeviceGet(&dev, device)) != CUDA_SUCCESS) ||
+        ((res = span_libcuda.cuDevicePrimaryCtxRetain(&ctx, dev)) !=
+         CUDA_SUCCESS)) {
+        return res;
+    }
+    res = span_libcuda.cuCtxPushCurrent(ctx);
+    if (res != CUDA_SUCCESS) {
+        span_libcuda.cuDevicePrimaryCtxRelease(dev);
+    }
+    return res;
+}
+
+void span_libcuda_primary_pop(int device)
+{
+    CUcontext ctx;
+    CUdevice dev;
+
+    span_libcuda.cuCtxPopCurrent(&ctx);
+    if (span_libcuda.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
+        span_libcuda.cuDevicePrimaryCtxRelease(dev);
+    }
+}

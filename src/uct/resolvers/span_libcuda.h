@@ -66,4 +66,10 @@ extern span_libcuda_t span_libcuda;
  * (SPAN_LIBCUDA_*) */
 int span_libcuda_load(unsigned users);
 
+/* Makes the primary context of device current on the calling thread, which
+ * may have none or another's (UCP registers and progresses from threads
+ * the application made), retaining it until span_libcuda_primary_pop */
+CUresult span_libcuda_primary_push(int device);
+void span_libcuda_primary_pop(int device);
+
 #endif

@@ -9,6 +9,7 @@
  * Usage: span_bench_chunk [REG_GiB [RUNS]]; run by contrib/bench_chunk.sh,
  * which points UCX_MODULE_DIR at span beside the strict test transport.
  */
+#include "test/harness/span_md_open.h"
 #include "test/harness/span_pair.h"
 #include "test/harness/span_stats.h"
 
@@ -25,22 +26,10 @@
 
 static uct_md_h span_bench_md(const char *max_chunk)
 {
-    uct_component_h *components, span = NULL;
-    uct_component_attr_t attr;
+    uct_component_h span = span_component_by_name("span");
     uct_md_config_t *config;
-    unsigned i, count;
     uct_md_h md = NULL;
 
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (i = 0; i < count; ++i) {
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
-            !strcmp(attr.name, "span")) {
-            span = components[i];
-        }
-    }
     if ((span != NULL) &&
         (uct_md_config_read(span, NULL, NULL, &config) == UCS_OK)) {
         if ((uct_config_modify(config, "SPAN_MAX_CHUNK", max_chunk) !=
@@ -50,7 +39,6 @@ static uct_md_h span_bench_md(const char *max_chunk)
         }
         uct_config_release(config);
     }
-    uct_release_component_list(components);
     if (md == NULL) {
         fprintf(stderr, "cannot open strict+ (UCX_MODULE_DIR must hold span "
                 "and the strict test transport)\n");

@@ -9,6 +9,8 @@
  * in a function of its own (span_bench_<op>), which a profiler can count
  * alone: contrib/callgrind_overhead.sh.
  */
+#include "test/harness/span_md_open.h"
+
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
 
@@ -42,33 +44,13 @@ static double span_bench_now(void)
     return ts.tv_sec + (ts.tv_nsec * 1e-9);
 }
 
-static uct_component_h span_bench_component(const char *name)
-{
-    uct_component_h *components, found = NULL;
-    uct_component_attr_t attr;
-    unsigned i, count;
-
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (i = 0; i < count; ++i) {
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
-            !strcmp(attr.name, name)) {
-            found = components[i];
-        }
-    }
-    uct_release_component_list(components);
-    return found;
-}
-
 static ucs_status_t span_bench_open_md(span_bench_t *b)
 {
     uct_md_config_t *config;
     ucs_status_t status;
     int twin = (b->tl[strlen(b->tl) - 1] == '+');
 
-    b->component = span_bench_component(twin ? "span" : b->tl);
+    b->component = span_component_by_name(twin ? "span" : b->tl);
     if (b->component == NULL) {
         fprintf(stderr, "no component for %s (is UCX_MODULE_DIR set?)\n",
                 b->tl);

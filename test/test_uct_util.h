@@ -3,6 +3,8 @@
 #ifndef SPAN_TEST_UCT_UTIL_H_
 #define SPAN_TEST_UCT_UTIL_H_
 
+#include "harness/span_md_open.h"
+
 #include <uct/api/uct.h>
 
 #include <gtest/gtest.h>
@@ -13,22 +15,7 @@
 
 inline uct_component_h find_component(const char *name)
 {
-    uct_component_h *components, found = NULL;
-    unsigned count;
-
-    if (uct_query_components(&components, &count) != UCS_OK) {
-        return NULL;
-    }
-    for (unsigned i = 0; i < count; ++i) {
-        uct_component_attr_t attr;
-        attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
-            !strcmp(attr.name, name)) {
-            found = components[i];
-        }
-    }
-    uct_release_component_list(components);
-    return found;
+    return span_component_by_name(name);
 }
 
 typedef std::vector<std::pair<std::string, std::string>> md_options_t;

@@ -857,6 +857,60 @@ TEST_P(span_uct_chunked, iov_entry_of_count_0_moves_nothing)
     dereg(lmemh);
 }
 
+/* An extent that ends exactly on a unit boundary, in several chunks: an
+ * empty access at its end lies in its last chunk. Every empty access, at
+ * the end and at every boundary, completes and moves nothing (it used to
+ * take the inner key one past the last chunk's: a read past the rkey) */
+TEST_P(span_uct_chunked, empty_op_at_the_end_of_a_unit_aligned_extent)
+{
+    deadline limit(30, "empty ops at chunk ends");
+    uintptr_t abs = (uintptr_t)remote.data();
+    size_t first  = ((abs + unit - 1) / unit) * unit - abs;
+    size_t length = 2 * unit;
+    ASSERT_LE(first + length, remote.size());
+    uct_mem_h rmemh = reg(&remote[first], length);
+    uct_md_attr_t md_attr;
+    ASSERT_EQ(UCS_OK, uct_md_query(md, &md_attr));
+    std::vector<uint8_t> buf(md_attr.rkey_packed_size);
+    ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, rmemh, buf.data()));
+    uct_rkey_bundle_t key;
+    ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, buf.data(), &key));
+
+    std::vector<uint8_t> local(overlap, 0x11);
+    uct_mem_h lmemh = reg(local.data(), local.size());
+    fill_remote(5);
+    std::vector<uint8_t> before = remote;
+    std::set<size_t> offsets = {length, unit, unit - overlap, 0};
+    for (size_t c = chunk - overlap; c < length; c += chunk - overlap) {
+        offsets.insert(c);
+    }
+    log_counter logs;
+    for (size_t off : offsets) {
+        uint64_t addr = (uintptr_t)&remote[first] + off;
+        if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY) {
+            /* the local entry at its own handle's end, too */
+            for (uint8_t *lbuf : {local.data(), local.data() + local.size()}) {
+                uct_iov_t iov = {lbuf, 0, lmemh, 0, 1};
+                completion p, g;
+                wait(uct_ep_put_zcopy(ep, &iov, 1, addr, key.rkey, &p.super),
+                     p);
+                wait(uct_ep_get_zcopy(ep, &iov, 1, addr, key.rkey, &g.super),
+                     g);
+            }
+        }
+        if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT) {
+            EXPECT_EQ(UCS_OK, uct_ep_put_short(ep, local.data(), 0, addr,
+                                               key.rkey)) << "at " << off;
+        }
+    }
+    EXPECT_EQ(0u, logs.count());
+    EXPECT_TRUE(before == remote) << "an empty op moved bytes";
+    EXPECT_TRUE(std::vector<uint8_t>(overlap, 0x11) == local);
+    dereg(lmemh);
+    uct_rkey_release(component, &key);
+    dereg(rmemh);
+}
+
 TEST_P(span_uct_chunked, failed_chunk_registration_rolls_back)
 {
     std::vector<uint8_t> buf(size);

@@ -76,27 +76,31 @@ span_chunk_unit_end(const span_chunk_geom_t *geom, uint64_t ustart)
     return (end - aligned > geom->unit_size) ? aligned + geom->unit_size : end;
 }
 
-/* The chunk to use for an access at addr (inside the extent), and in
- * *avail_p the bytes from addr to that chunk's end */
+/* The chunk to use for an access at addr (inside the extent, its end
+ * included), and in *avail_p the bytes from addr to that chunk's end.
+ * An empty access at the extent's end lies in the last chunk: where the
+ * end is a unit boundary, the unit of addr itself would be one past the
+ * last, and so would its chunk index. */
 static UCS_F_ALWAYS_INLINE uint32_t
 span_chunk_find(const span_chunk_geom_t *geom, uint64_t addr,
                 uint64_t *avail_p)
 {
-    uint64_t unit = 0, ustart = geom->base, uend, j = 0, cstart;
+    uint64_t unit = 0, ustart = geom->base, uend, j = 0, cstart, at;
 
     if (ucs_likely(geom->num_chunks == 1)) {
         *avail_p = geom->base + geom->length - addr;
         return 0;
     }
 
+    at = addr - (addr == geom->base + geom->length);
     if (geom->unit_size != 0) {
-        unit   = (addr - geom->unit0_start) / geom->unit_size;
+        unit   = (at - geom->unit0_start) / geom->unit_size;
         ustart = (unit == 0) ? geom->base :
                  geom->unit0_start + (unit * geom->unit_size);
     }
     uend = span_chunk_unit_end(geom, ustart);
     if (geom->chunk_size != 0) {
-        j      = (addr - ustart) / geom->stride;
+        j      = (at - ustart) / geom->stride;
         j      = ucs_min(j, span_chunk_count_in(geom, uend - ustart) - 1);
         cstart = ustart + (j * geom->stride);
         uend   = (uend - cstart > geom->chunk_size) ?

@@ -87,8 +87,9 @@ span_memh_inner(uct_mem_h memh, const void *buffer, uint64_t *avail_p)
         return smem->inner[0];
     }
     /* the chunk index of an address outside the extent is past the array;
-     * one below the base wraps to a large offset */
-    if (ucs_unlikely((uintptr_t)buffer - smem->geom.base >=
+     * one below the base wraps to a large offset; an empty entry at the
+     * end lies in the last chunk */
+    if (ucs_unlikely((uintptr_t)buffer - smem->geom.base >
                      smem->geom.length)) {
         *avail_p = 0;
         return UCT_MEM_HANDLE_NULL;

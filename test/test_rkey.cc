@@ -481,7 +481,9 @@ TEST(span_memh, a_buffer_outside_a_chunked_handle_has_no_inner_handle)
         }
 
         uint64_t avail;
-        for (uint64_t addr : {base, base + 20 * page, base + 40 * page - 1}) {
+        /* an empty entry at the end lies in the last chunk */
+        for (uint64_t addr : {base, base + 20 * page, base + 40 * page - 1,
+                              base + 40 * page}) {
             uct_mem_h inner = span_memh_inner(memh, (void*)addr, &avail);
             uintptr_t index = (uintptr_t)inner - 0x1000;
             ASSERT_LT(index, geom.num_chunks) << addr - base;
@@ -490,7 +492,7 @@ TEST(span_memh, a_buffer_outside_a_chunked_handle_has_no_inner_handle)
             EXPECT_EQ(start + length - addr, avail) << addr - base;
         }
         for (uint64_t addr : {base - 1, base - 4 * page, base - (page << 18),
-                              base + 40 * page, base + 41 * page,
+                              base + 40 * page + 1, base + 41 * page,
                               base + (page << 28), uint64_t(0)}) {
             avail = 1;
             EXPECT_EQ(UCT_MEM_HANDLE_NULL,
@@ -637,4 +639,73 @@ TEST(span_rkey_vmm, a_resealed_body_that_lies_is_refused)
     reseal(bad, body);
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
               span_rkey_parse(bad.data(), bad.size(), &out));
+}
+
+/* Serials and descriptors at the ends of their ranges: the decoder works in
+ * unsigned arithmetic and refuses a unit whose serial leaves [1, 2^63) or
+ * whose descriptor leaves [0, 2^31), whatever the deltas add up to (a sum
+ * past INT64_MAX was signed overflow: undefined behaviour) */
+TEST(span_rkey_vmm, serials_and_descriptors_at_their_extremes)
+{
+    std::vector<span_cuda_vmm_key_t> keys(2);
+    span_rkey_desc_t out;
+
+    vmm_rkey top(2);
+    top.keys[0].serial = INT64_MAX - 1;
+    top.keys[1].serial = INT64_MAX;
+    top.keys[0].fd     = INT32_MAX - 1;
+    top.keys[1].fd     = INT32_MAX;
+    ASSERT_EQ(UCS_OK, top.pack());
+    ASSERT_EQ(UCS_OK, span_rkey_parse(top.buf.data(), top.buf.size(), &out));
+    ASSERT_EQ(UCS_OK, span_rkey_vmm_keys(&out, keys.data()));
+    EXPECT_EQ(uint64_t(INT64_MAX), keys[1].serial);
+    EXPECT_EQ(uint32_t(INT32_MAX), keys[1].fd);
+
+    /* +INT64_MAX, then +1: past what a serial can be */
+    struct {
+        uint64_t serial0, serial1;
+        uint32_t fd0, fd1;
+    } bad[] = {{INT64_MAX, uint64_t(INT64_MAX) + 1, 3, 4},
+               {1, UINT64_MAX, 3, 4},          /* delta -2 from 1 */
+               {0, 1, 3, 4},                   /* serial 0: no export */
+               {5, 6, INT32_MAX, uint32_t(INT32_MAX) + 1},
+               {5, 6, 3, UINT32_MAX}};
+    for (auto &b : bad) {
+        vmm_rkey r(2);
+        r.keys[0].serial = b.serial0;
+        r.keys[1].serial = b.serial1;
+        r.keys[0].fd     = b.fd0;
+        r.keys[1].fd     = b.fd1;
+        log_counter logs;
+        ucs_status_t status = r.pack();
+        if (status == UCS_OK) {
+            ASSERT_EQ(UCS_OK, span_rkey_parse(r.buf.data(), r.buf.size(),
+                                              &out));
+            status = span_rkey_vmm_keys(&out, keys.data());
+        }
+        EXPECT_NE(UCS_OK, status) << "serials " << b.serial0 << ", "
+                                  << b.serial1 << " fds " << b.fd0 << ", "
+                                  << b.fd1;
+        EXPECT_GE(logs.count(), 1u);
+    }
+}
+
+/* A varint's tenth byte holds bit 63 only: more is a value past 64 bits */
+TEST(span_rkey_vmm, a_varint_past_64_bits_is_refused)
+{
+    vmm_rkey r(1);
+    r.keys[0].serial = INT64_MAX; /* zigzag: 2^64 - 2, ten bytes */
+    ASSERT_EQ(UCS_OK, r.pack());
+    const size_t body = r.buf.size() - SPAN_RKEY_HDR_SIZE;
+    std::vector<span_cuda_vmm_key_t> keys(1);
+    span_rkey_desc_t out;
+
+    ASSERT_EQ(0x01, r.buf.back()) << "the serial's tenth byte";
+    auto bad = r.buf;
+    bad.back() = 0x03;
+    reseal(bad, body);
+    ASSERT_EQ(UCS_OK, span_rkey_parse(bad.data(), bad.size(), &out));
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_vmm_keys(&out, keys.data()));
+    EXPECT_EQ(1u, logs.count());
 }

@@ -21,7 +21,7 @@ ucs_status_t span_chunk_plan_from(span_chunk_geom_t *geom, uint64_t base,
 {
     uint64_t num_units, last_start, chunks;
 
-    if ((length == 0) || (base + length < base) || (unit_origin > base) ||
+    if ((length == 0) || (length > UINT64_MAX - base) || (unit_origin > base) ||
         ((chunk_size != 0) && (overlap >= chunk_size))) {
         ucs_error("span: cannot plan [0x%" PRIx64 ", +%" PRIu64 ") in chunks "
                   "of %" PRIu64 " overlapping by %" PRIu64, base, length,

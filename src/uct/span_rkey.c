@@ -17,7 +17,7 @@
  *   4       4     component_id   FNV-1a 32 of the inner component's name
  *   8       8     base           first byte of the registered extent, in the
  *                                exporting process's addresses
- *   16      8     length         bytes in the extent, > 0, base+length <= 2^64
+ *   16      8     length         bytes in the extent, > 0, base+length < 2^64
  *   24      4     chunk_pages    chunk size in 4 KiB pages; 0: no size limit
  *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
  *   32      4     unit_pages     hard boundaries at multiples of this many
@@ -42,10 +42,13 @@
  *                 +8  8  pid_ns
  *                 +16 8  table_id
  *                 +24    per unit, in order: fd and serial, each as the
- *                        zigzag LEB128 varint of its difference from the
- *                        previous unit's (from 0 for the first): units
- *                        exported together take one byte each, so about
- *                        90 fit; sizes come from the geometry
+ *                        zigzag LEB128 varint (at most 10 bytes, 64 bits)
+ *                        of its difference from the previous unit's
+ *                        (from 0 for the first): units exported together
+ *                        take one byte each, so about 90 fit; sizes come
+ *                        from the geometry. A descriptor lies in
+ *                        [0, 2^31), a serial in [1, 2^63): a key whose
+ *                        differences leave either range is refused.
  *   46            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
@@ -194,23 +197,51 @@ static uint8_t *span_rkey_put_varint(uint8_t *p, const uint8_t *end,
     return p;
 }
 
-/* Reads one from [*p_p, end); 0 where it runs past end or over 64 bits */
+/* Reads one from [*p_p, end); 0 where it runs past end or over 64 bits
+ * (the tenth byte may hold bit 63 only). The delta comes back as the
+ * two's complement it stands for, to be added modulo 2^64. */
 static int span_rkey_get_varint(const uint8_t **p_p, const uint8_t *end,
-                                int64_t *delta_p)
+                                uint64_t *delta_p)
 {
     const uint8_t *p = *p_p;
     uint64_t value   = 0;
     unsigned i;
 
     for (i = 0; (i < SPAN_RKEY_VARINT_MAX) && (p < end); ++i) {
+        if ((i == SPAN_RKEY_VARINT_MAX - 1) && (*p > 1)) {
+            return 0;
+        }
         value |= (uint64_t)(*p & 0x7f) << (7 * i);
         if (!(*(p++) & 0x80)) {
-            *delta_p = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+            *delta_p = (value & 1) ? ~(value >> 1) : (value >> 1);
             *p_p     = p;
             return 1;
         }
     }
     return 0;
+}
+
+/* Adds a decoded delta (two's complement) to a field that must stay in
+ * [min, max], refusing a sum outside, without any wrap on the way */
+static int span_rkey_add_delta(uint64_t *value_p, uint64_t delta,
+                               uint64_t min, uint64_t max)
+{
+    uint64_t down;
+
+    if (delta >> 63) {
+        down = ~delta + 1;
+        if ((down > *value_p) || (*value_p - down < min)) {
+            return 0;
+        }
+        *value_p -= down;
+    } else {
+        if ((delta > max) || (*value_p > max - delta) ||
+            (*value_p + delta < min)) {
+            return 0;
+        }
+        *value_p += delta;
+    }
+    return 1;
 }
 
 /* The VMM body of n unit keys into [out, end): its size, 0 where it does
@@ -252,18 +283,14 @@ ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
 {
     const uint8_t *p   = desc->key0 + SPAN_RKEY_VMM_HEAD;
     const uint8_t *end = desc->key0 + desc->num_varying;
-    int64_t fd = 0, serial = 0, d_fd, d_serial;
-    uint64_t start, length;
+    uint64_t fd = 0, serial = 0, d_fd, d_serial, start, length;
     uint32_t i;
 
     for (i = 0; i < desc->geom.num_chunks; ++i) {
         if (!span_rkey_get_varint(&p, end, &d_fd) ||
-            !span_rkey_get_varint(&p, end, &d_serial)) {
-            break;
-        }
-        fd     += d_fd;
-        serial += d_serial;
-        if ((fd < 0) || (fd > INT32_MAX)) {
+            !span_rkey_get_varint(&p, end, &d_serial) ||
+            !span_rkey_add_delta(&fd, d_fd, 0, INT32_MAX) ||
+            !span_rkey_add_delta(&serial, d_serial, 1, INT64_MAX)) {
             break;
         }
         span_chunk_range(&desc->geom, i, &start, &length);
@@ -278,7 +305,8 @@ ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
     }
     if ((i < desc->geom.num_chunks) || (p != end)) {
         ucs_error("span rkey %p: its %u-byte VMM body does not encode %u "
-                  "units (unit %u is cut short or out of range)", desc->key0,
+                  "units (unit %u is cut short, or its descriptor leaves "
+                  "[0, 2^31) or its serial [1, 2^63))", desc->key0,
                   desc->num_varying, desc->geom.num_chunks, i);
         return UCS_ERR_INVALID_PARAM;
     }

@@ -51,14 +51,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* The chunk of an access at addr, up to the extent's end (an empty access
+ * there lies in the last chunk, with nothing available) */
 static void span_fuzz_lookup(const span_chunk_geom_t *geom, uint64_t addr)
 {
+    uint64_t end = geom->base + geom->length;
     uint64_t avail, start = 0, length = 0;
     uint32_t index = span_chunk_find(geom, addr, &avail);
 
     if (index < geom->num_chunks) {
         span_chunk_range(geom, index, &start, &length);
-        if ((addr >= start) && (avail > 0) &&
+        if ((addr >= start) && ((avail > 0) || (addr == end)) &&
             (addr + avail == start + length)) {
             return;
         }
@@ -99,6 +102,7 @@ static void span_fuzz_use(const span_rkey_desc_t *desc)
     }
     span_fuzz_lookup(geom, geom->base);
     span_fuzz_lookup(geom, geom->base + geom->length - 1);
+    span_fuzz_lookup(geom, geom->base + geom->length);
     span_fuzz_lookup(geom, geom->base + (geom->length / 2));
     span_fuzz_lookup(geom, geom->base + (geom->length / 3));
 }
@@ -130,6 +134,12 @@ static void span_fuzz_reseal(uint8_t *buf, size_t size)
     size_t body = ((K == 0) || (n <= 1)) ? K : K + (K + 7) / 8 + (n - 1) * v;
     uint32_t h;
 
+    if (buf[1] & 2) {        /* a spill reference */
+        body = 44;
+    } else if (buf[1] & 4) { /* span's VMM units: v is the body's length */
+        body = v;
+    }
+
     buf[0] = SPAN_RKEY_VERSION;
     h      = span_fuzz_fnv(2166136261u, buf, 38);
     memcpy(buf + 38, &h, 4);
@@ -144,12 +154,27 @@ static void span_fuzz_reseal(uint8_t *buf, size_t size)
  * bit 2 leaves the checksums as they are */
 static void span_fuzz_peer(const uint8_t *data, size_t size)
 {
-    unsigned twin      = data[0] & 1;
-    size_t packed_size = span_fuzz_twins[twin].packed_size;
-    uint8_t *buf       = malloc(packed_size);
-    uint32_t id        = span_rkey_component_id(
-                                 span_fuzz_twins[twin].component);
+    unsigned twin = data[0] & 1;
+    uint32_t id, own_id;
+    size_t packed_size;
+    uint8_t *buf;
     span_rkey_desc_t desc;
+    unsigned i;
+
+    /* an input that keeps its own component id and names a twin gets that
+     * twin's packed size: UCP hands over what the exporter packed */
+    if ((data[0] & 2) && (size >= 9)) {
+        memcpy(&own_id, data + 5, sizeof(own_id));
+        for (i = 0; i < 2; ++i) {
+            if (own_id == span_rkey_component_id(
+                                  span_fuzz_twins[i].component)) {
+                twin = i;
+            }
+        }
+    }
+    packed_size = span_fuzz_twins[twin].packed_size;
+    buf         = malloc(packed_size);
+    id          = span_rkey_component_id(span_fuzz_twins[twin].component);
 
     memset(buf, 0, packed_size);
     memcpy(buf, data + 1, (size - 1 < packed_size) ? size - 1 : packed_size);

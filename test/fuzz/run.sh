@@ -18,15 +18,28 @@ out=${TMPDIR:-/tmp}/span-fuzz-rkey.$$
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$out" "$corpus"
 
+# UBSan's integer checks too: signed overflow is undefined, and an unsigned
+# wrap in the parser is a field it failed to bound. The wraps that are meant
+# (FNV-1a's multiply; offsets from the base, which wrap below it on purpose
+# and are compared after) are listed in ignorelist.txt, by function.
+sanitize=fuzzer,address,undefined,signed-integer-overflow,unsigned-integer-overflow
+sources=("$top/src/uct/span_rkey.c" "$top/src/uct/span_chunk.c")
 if ! command -v clang >/dev/null ||
-   ! clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE \
+   ! clang -g -O1 -fsanitize=$sanitize \
+         -fsanitize-ignorelist="$top/test/fuzz/ignorelist.txt" -D_GNU_SOURCE \
          $cppflags -I"$top/src/uct" "$top/test/fuzz/fuzz_rkey.c" \
-         "$top/src/uct/span_rkey.c" "$top/src/uct/span_chunk.c" -L"$libdir" \
-         -Wl,-rpath,"$libdir" -lucs -o "$out/fuzz_rkey" 2>"$out/build.log"; then
+         "${sources[@]}" -L"$libdir" -Wl,-rpath,"$libdir" -lucs \
+         -o "$out/fuzz_rkey" 2>"$out/build.log" ||
+   ! clang -g -O1 -D_GNU_SOURCE $cppflags -I"$top/src/uct" \
+         "$top/test/fuzz/seed_rkey.c" "${sources[@]}" -L"$libdir" \
+         -Wl,-rpath,"$libdir" -lucs -o "$out/seed_rkey" 2>>"$out/build.log"
+then
     echo "SKIPPED: clang with libFuzzer is not available:"
     cat "$out/build.log" 2>/dev/null | tail -3
     exit 77
 fi
+# keys at every field's extremes, packed by the packer itself
+"$out/seed_rkey" "$corpus"
 
 findings=$corpus-findings
 mkdir -p "$findings"

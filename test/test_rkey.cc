@@ -474,6 +474,7 @@ TEST(span_memh, a_buffer_outside_a_chunked_handle_has_no_inner_handle)
         std::vector<uint8_t> mem(sizeof(span_memh_t) +
                                  geom.num_chunks * sizeof(uct_mem_h));
         span_memh_t *memh = (span_memh_t*)mem.data();
+        memh->magic       = SPAN_MEMH_MAGIC;
         memh->geom        = geom;
         memh->num_inner   = geom.num_chunks;
         for (uint32_t i = 0; i < geom.num_chunks; ++i) {

@@ -265,7 +265,7 @@ TEST_P(span_uct, foreign_memh_is_refused_by_pack)
         log_counter logs;
         EXPECT_EQ(UCS_ERR_INVALID_PARAM,
                   uct_md_mkey_pack(md, h, packed.data())) << h;
-        EXPECT_EQ(1u, logs.count("was not registered by this twin MD")) << h;
+        EXPECT_EQ(1u, logs.count("registered neither by this twin MD")) << h;
     }
 }
 
@@ -526,6 +526,128 @@ INSTANTIATE_TEST_SUITE_P(twin, span_uct_mixed,
 
 INSTANTIATE_TEST_SUITE_P(twin, span_uct, ::testing::Values("self+", "cma+"));
 INSTANTIATE_TEST_SUITE_P(native, span_uct, ::testing::Values("self", "cma"));
+
+/*
+ * Memory from uct_iface_mem_alloc() on a twin iface (UCT-level ucx_perftest
+ * does this) is registered by the inner MD: the twin MD packs a key for it
+ * over what the inner MD registered, and the twin's ops take its handle as
+ * the local one. Every byte arrives; an access past the allocation is
+ * refused; a range past it is not packed.
+ */
+class span_uct_iface_mem : public span_uct {
+protected:
+    void alloc(size_t length, uct_allocated_memory_t *mem)
+    {
+        ASSERT_EQ(UCS_OK, uct_iface_mem_alloc(iface, length,
+                                              UCT_MD_MEM_ACCESS_ALL, "test",
+                                              mem));
+        ASSERT_GE(mem->length, length);
+    }
+
+    ucs_status_t pack(const uct_allocated_memory_t &mem, void *address,
+                      size_t length, std::vector<uint8_t> &buf)
+    {
+        uct_md_attr_t md_attr;
+        uct_md_mkey_pack_params_t params = {};
+        EXPECT_EQ(UCS_OK, uct_md_query(md, &md_attr));
+        buf.assign(md_attr.rkey_packed_size, 0xee);
+        return uct_md_mkey_pack_v2(md, mem.memh, address, length, &params,
+                                   buf.data());
+    }
+};
+
+TEST_P(span_uct_iface_mem, rma_into_memory_the_twin_iface_allocated)
+{
+    const size_t length = 64 * 1024;
+    uct_allocated_memory_t target, local;
+    std::vector<uint8_t> buf;
+    alloc(length, &target);
+    alloc(length, &local);
+    ASSERT_EQ(UCS_OK, pack(target, target.address, length, buf));
+    uct_rkey_bundle_t key;
+    ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, buf.data(), &key));
+
+    uint8_t *t = (uint8_t*)target.address, *l = (uint8_t*)local.address;
+    uint64_t raddr = (uintptr_t)t;
+    for (size_t i = 0; i < length; ++i) {
+        l[i] = uint8_t(i * 11 + 5);
+        t[i] = 0;
+    }
+    const bool zcopy = iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY;
+    size_t moved     = std::min<size_t>(length,
+                                        zcopy ? iface_attr.cap.put.max_zcopy :
+                                                iface_attr.cap.put.max_short);
+    if (zcopy) {
+        uct_iov_t iov = {l + 3, moved - 3, local.memh, 0, 1};
+        completion c;
+        wait(uct_ep_put_zcopy(ep, &iov, 1, raddr + 3, key.rkey, &c.super), c);
+        memset(l, 0, length);
+        uct_iov_t back = {l + 3, moved - 3, local.memh, 0, 1};
+        completion g;
+        wait(uct_ep_get_zcopy(ep, &back, 1, raddr + 3, key.rkey, &g.super), g);
+    } else {
+        ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, l + 3, moved - 3, raddr + 3,
+                                           key.rkey));
+    }
+    for (size_t i = 3; i < moved; ++i) {
+        ASSERT_EQ(uint8_t(i * 11 + 5), t[i]) << "target byte " << i;
+        ASSERT_EQ(uint8_t(i * 11 + 5), l[i]) << "local byte " << i;
+    }
+
+    /* past the allocation: refused, the inner transport not called */
+    log_counter logs;
+    uint64_t v = 1;
+    if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT) {
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_short(ep, &v, sizeof(v),
+                                   raddr + target.length - 4, key.rkey));
+    } else {
+        uct_iov_t iov = {l, 8, local.memh, 0, 1};
+        completion c;
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_zcopy(ep, &iov, 1, raddr + target.length - 4,
+                                   key.rkey, &c.super));
+    }
+    EXPECT_EQ(1u, logs.count("outside the registered extent"));
+
+    uct_rkey_release(component, &key);
+    uct_iface_mem_free(&local);
+    uct_iface_mem_free(&target);
+}
+
+TEST_P(span_uct_iface_mem, a_range_past_the_allocation_is_not_packed)
+{
+    uct_allocated_memory_t mem;
+    std::vector<uint8_t> buf;
+    alloc(8192, &mem);
+    uct_md_attr_t md_attr;
+    ASSERT_EQ(UCS_OK, uct_md_query(md, &md_attr));
+
+    log_counter logs;
+    if (md_attr.rkey_packed_size > SPAN_RKEY_HDR_SIZE) {
+        /* the inner MD registered it: its extent bounds what is packed */
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  pack(mem, mem.address, mem.length + 4096, buf));
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  pack(mem, (uint8_t*)mem.address - 4096, 4096, buf));
+        EXPECT_EQ(2u, logs.count("registered neither by this twin MD"));
+    }
+    /* no range named (uct_md_mkey_pack): only a recorded extent will do */
+    EXPECT_EQ((md_attr.rkey_packed_size > SPAN_RKEY_HDR_SIZE) ? UCS_OK :
+              UCS_ERR_INVALID_PARAM,
+              uct_md_mkey_pack(md, mem.memh, buf.data()));
+    uct_iface_mem_free(&mem);
+
+    /* freed: its handle is forgotten */
+    if (md_attr.rkey_packed_size > SPAN_RKEY_HDR_SIZE) {
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  pack(mem, mem.address, 8192, buf));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(twin, span_uct_iface_mem,
+                         ::testing::Values("posix+", "sysv+", "cma+",
+                                           "self+"));
 
 /*
  * Chunked registrations: chunks of 16 KiB overlapping by 4 KiB (forced),

@@ -163,14 +163,6 @@ static span_memh_t *span_memh_alloc(uint32_t num_inner)
     return memh;
 }
 
-/* NULL and UCX's dummy handle of MDs that only pretend to register
- * (uct_md_dummy_mem_reg) are not read */
-static int span_memh_is_ours(uct_mem_h memh)
-{
-    return (memh != UCT_MEM_HANDLE_NULL) && (memh != (uct_mem_h)0xdeadbeef) &&
-           (((const span_memh_t*)memh)->magic == SPAN_MEMH_MAGIC);
-}
-
 /* Inline where the keys fit (and spilling is not forced), else spilled */
 static ucs_status_t span_md_pack(span_md_t *smd, span_memh_t *memh,
                                  span_rkey_desc_t *desc, const uint8_t *keys,
@@ -342,7 +334,7 @@ static ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
     }
     for (i = 0; (K > 0) && (i < memh->geom.num_chunks); ++i) {
         span_chunk_range(&memh->geom, i, &start, &length);
-        status = smd->inner->ops->mkey_pack(smd->inner, memh->inner[i],
+        status = smd->inner_ops->mkey_pack(smd->inner, memh->inner[i],
                                             (void*)(uintptr_t)start, length,
                                             &params, keys + (i * K));
         if (status != UCS_OK) {
@@ -378,7 +370,7 @@ static ucs_status_t span_md_chunk_reg(span_md_t *smd, span_memh_t *memh,
     if (index + 1 == smd->test_fail_reg) {
         status = UCS_ERR_NO_MEMORY;
     } else {
-        status = smd->inner->ops->mem_reg(smd->inner, (void*)(uintptr_t)start,
+        status = smd->inner_ops->mem_reg(smd->inner, (void*)(uintptr_t)start,
                                           length, params,
                                           &memh->inner[index]);
     }
@@ -402,7 +394,7 @@ static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
 
     for (i = count; i-- > 0;) {
         params.memh = memh->inner[i];
-        status      = smd->inner->ops->mem_dereg(smd->inner, &params);
+        status      = smd->inner_ops->mem_dereg(smd->inner, &params);
         if ((status == UCS_OK) && (i + 1 == smd->test_fail_dereg)) {
             status = UCS_ERR_IO_ERROR;
         }
@@ -740,6 +732,71 @@ span_md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
     return span_memh_teardown(smd, memh);
 }
 
+/* The extent a key for a handle the inner MD made for others covers: what
+ * the inner MD registered under it, or where it packs no key (and
+ * registers nothing), what the owner declares; the range the caller names,
+ * where it does, must lie inside */
+static ucs_status_t span_md_inner_extent(span_md_t *smd, uct_mem_h memh,
+                                         void *address, size_t length,
+                                         span_chunk_geom_t *geom)
+{
+    int keyless     = (smd->inner_attr.rkey_packed_size == 0);
+    int declared    = (address != NULL) && (length != SIZE_MAX) &&
+                      (length != 0);
+    uint64_t base   = (uintptr_t)address;
+    uint64_t extent = length;
+
+    if ((keyless && !declared) ||
+        (!keyless && ((smd->inner_wrap == NULL) ||
+                      (span_md_inner_find(smd->inner_wrap, memh, &base,
+                                          &extent) != UCS_OK))) ||
+        (declared && (((uintptr_t)address < base) ||
+                      (length > extent - ((uintptr_t)address - base))))) {
+        ucs_error("span md %p (%s+): memh %p of [%p, +%zu) was registered "
+                  "neither by this twin MD nor by its inner MD (for "
+                  "uct_iface_mem_alloc() on a twin iface)%s", smd,
+                  smd->inner_component->name, memh, address, length,
+                  keyless ? ", and the inner MD registers nothing: pass the "
+                  "address and length to uct_md_mkey_pack_v2()" : "");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return span_chunk_plan(geom, base, extent, 0, 0, 0);
+}
+
+/* A span rkey of one chunk for a handle of the inner MD */
+static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
+                                       void *address, size_t length,
+                                       void *buffer)
+{
+    size_t K = smd->inner_attr.rkey_packed_size;
+    uct_md_mkey_pack_params_t params = {.field_mask = 0};
+    span_rkey_desc_t desc = {.component_id = smd->inner_id, .key_size = K};
+    uint8_t key[SPAN_RKEY_MAX_KEY];
+    ucs_status_t status;
+    size_t size;
+
+    status = span_md_inner_extent(smd, memh, address, length, &desc.geom);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (K > 0) {
+        status = smd->inner_ops->mkey_pack(smd->inner, memh,
+                                           (void*)(uintptr_t)desc.geom.base,
+                                           desc.geom.length, &params, key);
+        if (status != UCS_OK) {
+            ucs_error("span md %p: inner mkey pack of memh %p failed: %s",
+                      smd, memh, ucs_status_string(status));
+            return status;
+        }
+    }
+    status = span_rkey_pack(buffer, &desc, key, &size);
+    if (status == UCS_OK) {
+        memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0,
+               smd->rkey_packed_size - size);
+    }
+    return status;
+}
+
 static ucs_status_t
 span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   const uct_md_mkey_pack_params_t *params, void *buffer)
@@ -757,13 +814,7 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
     }
 
     if (!span_memh_is_ours(memh)) {
-        ucs_error("span md %p (%s+): memh %p of [%p, +%zu) was not registered "
-                  "by this twin MD (memory from uct_iface_mem_alloc() on a "
-                  "twin iface is registered by the inner MD): register it "
-                  "with uct_md_mem_reg() on the twin MD, or measure the twin "
-                  "through UCP (ucx_perftest -t ucp_put_bw, UCX_TLS=<tl>+)",
-                  md, smd->inner_component->name, memh, address, length);
-        return UCS_ERR_INVALID_PARAM;
+        return span_md_pack_inner(smd, memh, address, length, buffer);
     }
 
     if ((smem->entry.owner != NULL) && !span_registry_valid(&smem->entry)) {
@@ -785,7 +836,7 @@ span_md_mem_query(uct_md_h md, const void *address, size_t length,
 {
     span_md_t *smd = (span_md_t*)md;
 
-    return smd->inner->ops->mem_query(smd->inner, address, length, mem_attr);
+    return smd->inner_ops->mem_query(smd->inner, address, length, mem_attr);
 }
 
 static ucs_status_t
@@ -794,7 +845,7 @@ span_md_detect_memory_type(uct_md_h md, const void *address, size_t length,
 {
     span_md_t *smd = (span_md_t*)md;
 
-    return smd->inner->ops->detect_memory_type(smd->inner, address, length,
+    return smd->inner_ops->detect_memory_type(smd->inner, address, length,
                                                mem_type_p);
 }
 
@@ -815,7 +866,7 @@ static ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
         return UCS_ERR_NO_MEMORY;
     }
 
-    status = smd->inner->ops->mem_alloc(smd->inner, length_p, address_p,
+    status = smd->inner_ops->mem_alloc(smd->inner, length_p, address_p,
                                         mem_type, sys_dev, flags, alloc_name,
                                         &memh->inner[0]);
     if (status != UCS_OK) {
@@ -835,7 +886,7 @@ static ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
     return UCS_OK;
 
 err_mem_free:
-    smd->inner->ops->mem_free(smd->inner, memh->inner[0]);
+    smd->inner_ops->mem_free(smd->inner, memh->inner[0]);
 err_free:
     free(memh);
     return status;
@@ -848,7 +899,7 @@ static ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
     ucs_status_t status;
 
     span_memh_unpublish(smem);
-    status = smd->inner->ops->mem_free(smd->inner, smem->inner[0]);
+    status = smd->inner_ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);
     return status;
 }
@@ -895,6 +946,9 @@ static void span_md_close(uct_md_h md)
         span_cuda_vmm_cache_purge();
     }
     uct_md_close(smd->inner);
+    if (smd->inner_wrap != NULL) {
+        span_md_inner_free(smd->inner_wrap);
+    }
     free(smd);
 }
 
@@ -1101,6 +1155,13 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         goto err_close;
     }
 
+    smd->inner_ops = smd->inner->ops;
+    if (smd->inner_attr.rkey_packed_size > 0) {
+        /* without it, only the twin's own handles are packed */
+        (void)span_md_inner_wrap(smd->inner, &smd->inner_wrap,
+                                 &smd->inner_ops);
+    }
+
     /* UCX's ib MD reports no limit; its device has one */
     if (!strcmp(smd->inner_component->name, "ib")) {
         smd->inner_attr.max_reg = span_verbs_md_max_reg(span_verbs_library(),
@@ -1139,6 +1200,9 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
 err_close:
     uct_md_close(smd->inner);
+    if (smd->inner_wrap != NULL) {
+        span_md_inner_free(smd->inner_wrap);
+    }
 err_free:
     free(smd);
     return status;

@@ -7,6 +7,7 @@
 
 #include "span_chunk.h"
 #include "span_registry.h"
+#include "span_md_inner.h"
 #include "span_rkey.h"
 #include "resolvers/span_cuda.h"
 #include "resolvers/span_cuda_vmm_export.h"
@@ -28,6 +29,9 @@ extern ucs_config_field_t span_md_config_table[];
 typedef struct span_md {
     uct_md_t         super;
     uct_md_h         inner;
+    const uct_md_ops_t *inner_ops;     /* the inner MD's own ops: the object
+                                          records others' registrations */
+    span_md_inner_t  *inner_wrap;      /* which, where it packs keys */
     uct_component_t *inner_component;
     uint32_t         inner_id;         /* span_rkey_component_id() */
     uct_md_attr_v2_t inner_attr;
@@ -49,13 +53,15 @@ typedef struct span_md {
     span_registry_stats_t stats;
 } span_md_t;
 
-/* Marks a span_memh_t: a memh of another MD handed to a twin MD (memory from
- * uct_iface_mem_alloc() on a twin iface is the inner MD's) is refused */
+/* Marks a span_memh_t. A twin iface is handed the inner MD's own handles
+ * too (memory from uct_iface_mem_alloc() on it): those pass to the inner
+ * transport as they are (span_md_inner.h). */
 #define SPAN_MEMH_MAGIC 0x5350414e4d454d48ull /* "SPANMEMH" */
 
 /* A registration through a twin MD: one inner registration per chunk */
 typedef struct span_memh {
     uint64_t          magic;      /* SPAN_MEMH_MAGIC */
+    uint32_t          num_inner;  /* 0 where the inner MD does not register */
     span_registry_entry_t entry;  /* owner NULL: not shared (mem_alloc) */
     span_chunk_geom_t geom;
     uint8_t           rkey_size;
@@ -63,24 +69,35 @@ typedef struct span_memh {
     int               spilled;    /* the keys are in the spill slot */
     span_rkey_spill_t spill;
     span_cuda_vmm_export_t **vmm_exports; /* units span exports, or NULL */
-    uint32_t          num_inner;  /* 0 where the inner MD does not register */
     uct_mem_h         inner[];
 } span_memh_t;
 
 ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
                           const uct_md_config_t *config, uct_md_h *md_p);
 
+/* Whether memh is a twin MD's. NULL and UCX's dummy handle of MDs that
+ * only pretend to register (uct_md_dummy_mem_reg) are not read. */
+static UCS_F_ALWAYS_INLINE int span_memh_is_ours(uct_mem_h memh)
+{
+    return (memh != UCT_MEM_HANDLE_NULL) && (memh != (uct_mem_h)0xdeadbeef) &&
+           (((const span_memh_t*)memh)->magic == SPAN_MEMH_MAGIC);
+}
+
 /* The inner memory handle that holds buffer, and in *avail_p how many bytes
  * from buffer on it holds (UINT64_MAX where one handle holds everything).
- * NULL stays NULL; a buffer outside a handle of several chunks (the caller
- * passed another buffer's memh) gets NULL and 0 bytes. */
+ * A handle that is not a twin's (NULL, the inner MD's own) stays as it is;
+ * a buffer outside a handle of several chunks (the caller passed another
+ * buffer's memh) gets NULL and 0 bytes. */
 static UCS_F_ALWAYS_INLINE uct_mem_h
 span_memh_inner(uct_mem_h memh, const void *buffer, uint64_t *avail_p)
 {
     const span_memh_t *smem = (const span_memh_t*)memh;
 
     *avail_p = UINT64_MAX;
-    if ((memh == UCT_MEM_HANDLE_NULL) || (smem->num_inner == 0)) {
+    if (!span_memh_is_ours(memh)) {
+        return memh;
+    }
+    if (smem->num_inner == 0) {
         return UCT_MEM_HANDLE_NULL;
     }
     if (ucs_likely(smem->num_inner == 1)) {

@@ -27,6 +27,9 @@
         .lacks_symbol              = _lacks, \
         .internal_ops_size         = \
                 sizeof(span_ucx_1_##_minor##_internal_ops_t), \
+        .md_ops_size               = ((_minor) >= 23) ? \
+                sizeof(uct_md_ops_t) : \
+                ucs_offsetof(uct_md_ops_t, mem_elem_release), \
         .get_sgl_slot              = _get_sgl_slot, \
         .attr_v2_cap_flags_offset  = \
                 offsetof(span_ucx_1_##_minor##_iface_attr_v2_t, cap.flags), \

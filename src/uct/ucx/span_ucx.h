@@ -152,6 +152,11 @@ typedef struct uct_md_attr_v2 {
 
 ucs_status_t uct_md_query_v2(uct_md_h md, uct_md_attr_v2_t *md_attr);
 
+ucs_status_t uct_md_mkey_pack_v2(uct_md_h md, uct_mem_h memh, void *address,
+                                 size_t length,
+                                 const uct_md_mkey_pack_params_t *params,
+                                 void *mkey_buffer);
+
 /* --- uct/base/uct_component.h ------------------------------------------- */
 
 typedef struct uct_component uct_component_t;
@@ -290,6 +295,7 @@ typedef struct span_ucx_layout {
     /* a libuct symbol this release lacks and the later ones have, or NULL */
     const char *lacks_symbol;
     size_t     internal_ops_size;   /* sizeof(uct_iface_internal_ops_t) */
+    size_t     md_ops_size;         /* sizeof(uct_md_ops_t) */
     int        get_sgl_slot;        /* ep_get_sgl_zcopy's slot, or -1 */
     /* uct_iface_attr_v2_t: where its capability flags are, the field-mask
      * bit that asks for them, and the flags of the SGL ops */

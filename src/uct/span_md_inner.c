@@ -1,0 +1,209 @@
+/*
+ * The inner MD of a twin MD, as others register with it (span_md_inner.h).
+ */
+#include "span_md_inner.h"
+
+#include <ucs/datastruct/khash.h>
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+typedef struct span_md_inner_reg {
+    uint64_t base;
+    uint64_t length;
+} span_md_inner_reg_t;
+
+KHASH_MAP_INIT_INT64(span_md_inner_regs, span_md_inner_reg_t)
+
+/* Transports extend uct_md_ops_t with ops of their own (mm's mappers, the
+ * ib MD's), reached through md->ops: the copy takes this much of the table,
+ * as far as it is readable */
+#define SPAN_MD_INNER_OPS_MAX 64
+
+struct span_md_inner {
+    union {
+        uct_md_ops_t      ops;  /* what the inner MD object points to */
+        void              *slots[SPAN_MD_INNER_OPS_MAX];
+    };
+    const uct_md_ops_t    *orig;
+    pthread_mutex_t       lock; /* registrations come from any thread */
+    khash_t(span_md_inner_regs) regs;
+};
+
+static span_md_inner_t *span_md_inner_of(uct_md_h md)
+{
+    return ucs_container_of(md->ops, span_md_inner_t, ops);
+}
+
+static void span_md_inner_add(span_md_inner_t *wrap, uct_mem_h memh,
+                              uint64_t base, uint64_t length)
+{
+    span_md_inner_reg_t reg = {base, length};
+    khiter_t it;
+    int ret;
+
+    pthread_mutex_lock(&wrap->lock);
+    it = kh_put(span_md_inner_regs, &wrap->regs, (uintptr_t)memh, &ret);
+    if (ret >= 0) {
+        kh_value(&wrap->regs, it) = reg;
+    }
+    pthread_mutex_unlock(&wrap->lock);
+    if (ret < 0) {
+        /* such a handle is refused when packed: nothing is lost */
+        ucs_warn("span: inner md %p: no memory to record memh %p of [0x%"
+                 PRIx64 ", +%" PRIu64 ")", wrap, memh, base, length);
+    }
+}
+
+static void span_md_inner_remove(span_md_inner_t *wrap, uct_mem_h memh)
+{
+    khiter_t it;
+
+    pthread_mutex_lock(&wrap->lock);
+    it = kh_get(span_md_inner_regs, &wrap->regs, (uintptr_t)memh);
+    if (it != kh_end(&wrap->regs)) {
+        kh_del(span_md_inner_regs, &wrap->regs, it);
+    }
+    pthread_mutex_unlock(&wrap->lock);
+}
+
+static ucs_status_t
+span_md_inner_mem_reg(uct_md_h md, void *address, size_t length,
+                      const uct_md_mem_reg_params_t *params, uct_mem_h *memh_p)
+{
+    span_md_inner_t *wrap = span_md_inner_of(md);
+    ucs_status_t status;
+
+    status = wrap->orig->mem_reg(md, address, length, params, memh_p);
+    if (status == UCS_OK) {
+        span_md_inner_add(wrap, *memh_p, (uintptr_t)address, length);
+    }
+    return status;
+}
+
+static ucs_status_t
+span_md_inner_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
+{
+    span_md_inner_t *wrap = span_md_inner_of(md);
+
+    /* forgotten first: the handle's address may be handed out again */
+    if (params->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH) {
+        span_md_inner_remove(wrap, params->memh);
+    }
+    return wrap->orig->mem_dereg(md, params);
+}
+
+static ucs_status_t
+span_md_inner_mem_alloc(uct_md_h md, size_t *length_p, void **address_p,
+                        ucs_memory_type_t mem_type, ucs_sys_device_t sys_dev,
+                        unsigned flags, const char *alloc_name,
+                        uct_mem_h *memh_p)
+{
+    span_md_inner_t *wrap = span_md_inner_of(md);
+    ucs_status_t status;
+
+    status = wrap->orig->mem_alloc(md, length_p, address_p, mem_type, sys_dev,
+                                   flags, alloc_name, memh_p);
+    if (status == UCS_OK) {
+        span_md_inner_add(wrap, *memh_p, (uintptr_t)*address_p, *length_p);
+    }
+    return status;
+}
+
+static ucs_status_t span_md_inner_mem_free(uct_md_h md, uct_mem_h memh)
+{
+    span_md_inner_t *wrap = span_md_inner_of(md);
+
+    span_md_inner_remove(wrap, memh);
+    return wrap->orig->mem_free(md, memh);
+}
+
+/* Copies the inner MD's ops table with whatever a transport appended to
+ * it. Its size is not known: the copy reads SPAN_MD_INNER_OPS_MAX slots or
+ * up to the first unreadable page, whichever ends first (a read of this
+ * process's own memory that fails instead of faulting), and at least what
+ * the release the process loaded has of uct_md_ops_t. */
+static ucs_status_t span_md_inner_copy_ops(span_md_inner_t *wrap,
+                                           const uct_md_ops_t *ops)
+{
+    struct iovec local  = {wrap->slots, sizeof(wrap->slots)};
+    struct iovec remote = {(void*)ops, sizeof(wrap->slots)};
+    ssize_t copied;
+
+    copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if ((copied < 0) || ((size_t)copied < span_ucx->md_ops_size)) {
+        ucs_diag("span: cannot copy the ops of an inner MD at %p (%zd bytes "
+                 "read, %zu needed): %m", ops, copied, span_ucx->md_ops_size);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if ((size_t)copied < sizeof(uct_md_ops_t)) {
+        /* an op the loaded release does not have */
+        memset(UCS_PTR_BYTE_OFFSET(wrap->slots, copied), 0,
+               sizeof(uct_md_ops_t) - copied);
+    }
+    return UCS_OK;
+}
+
+ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
+                                const uct_md_ops_t **orig_p)
+{
+    span_md_inner_t *wrap = calloc(1, sizeof(*wrap));
+    ucs_status_t status;
+
+    if (wrap == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = span_md_inner_copy_ops(wrap, inner->ops);
+    if (status != UCS_OK) {
+        free(wrap);
+        return status;
+    }
+    wrap->orig = inner->ops;
+    pthread_mutex_init(&wrap->lock, NULL);
+    kh_init_inplace(span_md_inner_regs, &wrap->regs);
+    if (wrap->orig->mem_reg != NULL) {
+        wrap->ops.mem_reg   = span_md_inner_mem_reg;
+        wrap->ops.mem_dereg = span_md_inner_mem_dereg;
+    }
+    if (wrap->orig->mem_alloc != NULL) {
+        wrap->ops.mem_alloc = span_md_inner_mem_alloc;
+        wrap->ops.mem_free  = span_md_inner_mem_free;
+    }
+    inner->ops = &wrap->ops;
+    *orig_p    = wrap->orig;
+    *wrap_p    = wrap;
+    return UCS_OK;
+}
+
+void span_md_inner_free(span_md_inner_t *wrap)
+{
+    if (kh_size(&wrap->regs) > 0) {
+        ucs_debug("span: inner md %p closed with %u registrations of others "
+                  "still recorded", wrap, kh_size(&wrap->regs));
+    }
+    kh_destroy_inplace(span_md_inner_regs, &wrap->regs);
+    pthread_mutex_destroy(&wrap->lock);
+    free(wrap);
+}
+
+ucs_status_t span_md_inner_find(span_md_inner_t *wrap, uct_mem_h memh,
+                                uint64_t *base_p, uint64_t *length_p)
+{
+    ucs_status_t status = UCS_ERR_NO_ELEM;
+    khiter_t it;
+
+    pthread_mutex_lock(&wrap->lock);
+    it = kh_get(span_md_inner_regs, &wrap->regs, (uintptr_t)memh);
+    if (it != kh_end(&wrap->regs)) {
+        *base_p   = kh_value(&wrap->regs, it).base;
+        *length_p = kh_value(&wrap->regs, it).length;
+        status    = UCS_OK;
+    }
+    pthread_mutex_unlock(&wrap->lock);
+    return status;
+}

@@ -7,7 +7,8 @@
 #   ./contrib/bench_perftest_uct.sh [RUNS [TRANSPORTS [MEMTYPE]]]
 # TRANSPORTS: comma-separated native names (default cma,posix,sysv,self);
 # MEMTYPE: host (default) or cuda (ucx_perftest -m cuda, e.g. cuda_ipc).
-# Environment: SPAN_UCX_PREFIX (default .deps/ucx), UCX_MODULE_DIR.
+# Environment: SPAN_UCX_PREFIX (default .deps/ucx), UCX_MODULE_DIR,
+# SPAN_PERFTEST_BW_SIZE and _ITERS (bandwidth message size and count).
 # With SPAN_PERFTEST_CHECK=1 it runs each cell once, briefly, and exits
 # non-zero where any run fails (the perftest_uct test of make check).
 set -euo pipefail
@@ -23,7 +24,8 @@ export UCX_WARN_UNUSED_ENV_VARS=n
 perftest=$ucx/bin/ucx_perftest
 . "$top/contrib/bench_lib.sh"
 check=${SPAN_PERFTEST_CHECK:-0}
-lat_iters=200000 bw_iters=20000
+lat_iters=200000 bw_iters=${SPAN_PERFTEST_BW_ITERS:-20000}
+bw_size=${SPAN_PERFTEST_BW_SIZE:-65536}
 if [ "$check" = 1 ]; then
     runs=1 lat_iters=2000 bw_iters=200
 fi
@@ -67,8 +69,8 @@ uct_perf() {
 
 # test layout size column per measurement; the layout a transport lacks
 # is left out (cma has no short ops; posix, sysv and self no zcopy)
-cells=("put_lat short 8 3" "am_lat short 8 3" "put_bw zcopy 65536 6"
-       "get zcopy 65536 6")
+cells=("put_lat short 8 3" "am_lat short 8 3" "put_bw zcopy $bw_size 6"
+       "get zcopy $bw_size 6")
 supports() {
     local tl=$1 layout=$2
     case "$tl:$layout" in

@@ -6,6 +6,7 @@
 #  2. which protocols UCP selects for device memory (UCX_PROTO_INFO);
 #  3. the resolver's view of a VMM range;
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
+#  U. the same at UCT level (put/get zcopy), contrib/bench_perftest_uct.sh;
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
 #  6. span-check with its GPU scenarios;
 #  7. a PyTorch expandable_segments tensor through the resolver;
@@ -15,11 +16,11 @@
 #     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
 #     contrib/nixl_bundle.sh's copy of NIXL.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 123456789PN)
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234U56789PN)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-123456789PN}
+parts=${2:-1234U56789PN}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -160,6 +161,15 @@ for test in ucp_put_bw ucp_get ucp_get:y; do
     printf '| %s (get zcopy %s) | %.1f | %.1f | %.3f |\n' ${test%:*} $getz \
            "$mn" "$mt" "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print t / n}')"
 done
+}
+
+part U && {
+echo
+echo "## U. UCT-level ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, 16 MiB"
+SPAN_UCX_PREFIX=$gpu/ucx SPAN_PERFTEST_BW_SIZE=$((16 << 20)) \
+    SPAN_PERFTEST_BW_ITERS=500 "$top/contrib/bench_perftest_uct.sh" "$runs" \
+    cuda_ipc cuda
+rc=$((rc | $?))
 }
 
 part 5 && {

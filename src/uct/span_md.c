@@ -813,7 +813,11 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    if (!span_memh_is_ours(memh)) {
+    /* a handle the inner MD made for others is known by its value alone;
+     * only then is memh read as a twin's */
+    if (((smd->inner_wrap != NULL) &&
+         span_md_inner_find(smd->inner_wrap, memh, NULL, NULL) == UCS_OK) ||
+        !span_memh_is_ours(memh)) {
         return span_md_pack_inner(smd, memh, address, length, buffer);
     }
 

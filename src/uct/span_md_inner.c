@@ -200,9 +200,11 @@ ucs_status_t span_md_inner_find(span_md_inner_t *wrap, uct_mem_h memh,
     pthread_mutex_lock(&wrap->lock);
     it = kh_get(span_md_inner_regs, &wrap->regs, (uintptr_t)memh);
     if (it != kh_end(&wrap->regs)) {
-        *base_p   = kh_value(&wrap->regs, it).base;
-        *length_p = kh_value(&wrap->regs, it).length;
-        status    = UCS_OK;
+        if (base_p != NULL) {
+            *base_p   = kh_value(&wrap->regs, it).base;
+            *length_p = kh_value(&wrap->regs, it).length;
+        }
+        status = UCS_OK;
     }
     pthread_mutex_unlock(&wrap->lock);
     return status;

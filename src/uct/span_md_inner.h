@@ -34,8 +34,9 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
 /* After the inner MD was closed: releases the table and what it recorded */
 void span_md_inner_free(span_md_inner_t *wrap);
 
-/* The extent registered under memh by others, or UCS_ERR_NO_ELEM where the
- * inner MD did not make that handle for them */
+/* The extent registered under memh by others (base_p NULL: only whether
+ * there is one), or UCS_ERR_NO_ELEM where the inner MD did not make that
+ * handle for them. memh is compared, never read. */
 ucs_status_t span_md_inner_find(span_md_inner_t *wrap, uct_mem_h memh,
                                 uint64_t *base_p, uint64_t *length_p);
 

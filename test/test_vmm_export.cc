@@ -7,6 +7,8 @@
  * again by another export is refused, not mapped.
  */
 #include "test_fds.h"
+#include "test_fork.h"
+#include "test_log.h"
 
 #include <gtest/gtest.h>
 
@@ -93,19 +95,30 @@ protected:
      * descriptor, checked to be the exporter's */
     ucs_status_t take(const span_cuda_vmm_key_t &key)
     {
+        return take(pidfd, key, 0);
+    }
+
+    /* ... of exporter (pidfd), whose descriptor is the file of inode ino
+     * (0: this process's key.fd) */
+    static ucs_status_t take(int exporter, const span_cuda_vmm_key_t &key,
+                             ino_t ino)
+    {
         ucs_status_t status;
         struct stat a, b;
         int table, fd;
 
-        status = span_cuda_vmm_table_open(pidfd, &key, &table);
+        status = span_cuda_vmm_table_open(exporter, &key, &table);
         if (status != UCS_OK) {
             return status;
         }
-        status = span_cuda_vmm_table_take(pidfd, table, &key, &fd);
+        status = span_cuda_vmm_table_take(exporter, table, &key, &fd);
         if (status == UCS_OK) {
             EXPECT_EQ(0, fstat(fd, &a));
-            EXPECT_EQ(0, fstat(key.fd, &b));
-            EXPECT_EQ(a.st_ino, b.st_ino) << "another file";
+            if (ino == 0) {
+                EXPECT_EQ(0, fstat(key.fd, &b));
+                ino = b.st_ino;
+            }
+            EXPECT_EQ(ino, a.st_ino) << "another file";
             close(fd);
         }
         close(table);
@@ -258,6 +271,123 @@ TEST_F(vmm_export, threads_share_and_release_exports)
         thread.join();
     }
     EXPECT_GE(exports, units);
+}
+
+/* What a child forked after exports sends its parent: a key of its own
+ * export and the inode of its descriptor */
+struct child_export {
+    span_cuda_vmm_key_t key;
+    ino_t               ino;
+};
+
+/* A child (a PyTorch data loader) inherits the parent's exports: its unmap
+ * events and releases of them must not withdraw them from the parent's
+ * importers, and its own exports are its own */
+TEST_F(vmm_export, a_child_leaves_the_parents_exports_alone)
+{
+    int to_parent[2], hold[2];
+    span_cuda_vmm_key_t key;
+    child_export mine;
+
+    fake_ids[base]            = 70;
+    fake_ids[base + 16 * MiB] = 71;
+    span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
+    ASSERT_EQ(0, pipe(to_parent));
+    ASSERT_EQ(0, pipe(hold));
+    pid_t child = test_fork([&] {
+        span_cuda_vmm_export_t *own;
+        struct stat st;
+
+        close(to_parent[0]);
+        close(hold[1]);
+        span_cuda_vmm_export_invalidate(base, 2 * MiB); /* unmapped here */
+        span_cuda_vmm_export_put(e);                    /* released here */
+        TEST_CHILD_CHECK(span_cuda_vmm_export_get(&fake_ops,
+                                                  base + 16 * MiB, 2 * MiB,
+                                                  &mine.key, &own) == UCS_OK);
+        TEST_CHILD_CHECK(fstat(mine.key.fd, &st) == 0);
+        mine.ino = st.st_ino;
+        TEST_CHILD_CHECK(write(to_parent[1], &mine, sizeof(mine)) ==
+                         sizeof(mine));
+        TEST_CHILD_CHECK(test_pipe_wait_closed(hold[0], 10));
+        span_cuda_vmm_export_put(own);
+        return 0;
+    });
+    ASSERT_GE(child, 0);
+    close(to_parent[1]);
+    close(hold[0]);
+
+    bool exported = test_pipe_read(to_parent[0], &mine, sizeof(mine), 10);
+    EXPECT_TRUE(exported) << "the child did not export";
+    EXPECT_EQ(UCS_OK, take(key)) << "the child withdrew the parent's export";
+    if (exported) {
+        EXPECT_EQ(uint32_t(child), mine.key.pid);
+        EXPECT_NE(key.table_id, mine.key.table_id)
+                << "the child's export is in the parent's table";
+        int child_pidfd = syscall(SYS_pidfd_open, child, 0);
+        EXPECT_GE(child_pidfd, 0);
+        EXPECT_EQ(UCS_OK, take(child_pidfd, mine.key, mine.ino));
+        close(child_pidfd);
+        EXPECT_EQ(UCS_OK, take(key)) << "the child's export took the parent's";
+    }
+    close(hold[1]);
+    close(to_parent[0]);
+    EXPECT_EQ(0, test_fork_wait(child, 10));
+    EXPECT_EQ(UCS_OK, take(key));
+    span_cuda_vmm_export_put(e);
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(key));
+}
+
+/* A fork while another thread exports and releases: the child can export
+ * (it must not inherit the table's lock held by a thread it does not have,
+ * nor a half-made entry) */
+TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
+{
+    const int units = 4, children = 20;
+    std::atomic<bool> stop{false};
+
+    for (int u = 0; u < units; ++u) {
+        fake_ids[base + u * 2 * MiB] = 80 + u;
+    }
+    fake_ids[base + 32 * MiB] = 90;
+    std::thread worker([&] {
+        for (int i = 0; !stop; ++i) {
+            span_cuda_vmm_key_t key;
+            span_cuda_vmm_export_t *e;
+            ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(
+                    &fake_ops, base + (i % units) * 2 * MiB, 2 * MiB, &key,
+                    &e));
+            span_cuda_vmm_export_put(e);
+        }
+    });
+    for (int c = 0; c < children; ++c) {
+        pid_t child = test_fork([&] {
+            span_cuda_vmm_key_t key;
+            span_cuda_vmm_export_t *e;
+            struct stat st;
+            int self = syscall(SYS_pidfd_open, getpid(), 0);
+
+            TEST_CHILD_CHECK(span_cuda_vmm_export_get(&fake_ops,
+                                                      base + 32 * MiB,
+                                                      2 * MiB, &key, &e) ==
+                             UCS_OK);
+            TEST_CHILD_CHECK(fstat(key.fd, &st) == 0);
+            TEST_CHILD_CHECK(take(self, key, st.st_ino) == UCS_OK);
+            span_cuda_vmm_export_put(e);
+            log_counter logs;
+            TEST_CHILD_CHECK(take(self, key, st.st_ino) ==
+                             UCS_ERR_INVALID_ADDR);
+            return 0;
+        });
+        int status = (child < 0) ? -3 : test_fork_wait(child, 5);
+        if (status != 0) {
+            ADD_FAILURE() << "child " << c << " of " << children
+                          << ": status " << status;
+            break;
+        }
+    }
+    stop = true;
+    worker.join();
 }
 
 TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)

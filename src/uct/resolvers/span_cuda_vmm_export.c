@@ -5,7 +5,8 @@
  * exports of its units): nothing under it allocates, frees or unmaps, so a
  * handler never waits on its own thread. Exports are found by buffer id
  * through fixed buckets, and events skip everything outside the span of
- * the units exported.
+ * the units exported. fork() takes the lock around it (pthread_atfork), so
+ * the child starts from a consistent state with the lock free.
  */
 #include "span_cuda_vmm_export.h"
 #include "span_spill.h"
@@ -68,6 +69,60 @@ static struct {
     .lo    = UINT64_MAX,
     .list  = {&span_cuda_vmm_exports.list, &span_cuda_vmm_exports.list}
 };
+
+static pthread_once_t span_cuda_vmm_exports_once = PTHREAD_ONCE_INIT;
+
+static void span_cuda_vmm_exports_fork_prepare(void)
+{
+    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+}
+
+static void span_cuda_vmm_exports_fork_parent(void)
+{
+    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+}
+
+/* The child forgets the parent's exports without withdrawing them: the
+ * table memfd is shared across fork, and clearing an entry there would
+ * withdraw the parent's export from the parent's importers. It closes its
+ * copies of the descriptors (its own) now, while their numbers still name
+ * them, and makes a table of its own at its first export. An inherited
+ * export that a registration still holds is freed at its last release. */
+static void span_cuda_vmm_exports_fork_child(void)
+{
+    span_cuda_vmm_export_t *export;
+    size_t i;
+
+    ucs_list_for_each(export, &span_cuda_vmm_exports.list, list) {
+        close(export->fd);
+        export->listed = 0;
+    }
+    ucs_list_head_init(&span_cuda_vmm_exports.list);
+    for (i = 0; i < ucs_static_array_size(span_cuda_vmm_exports.by_id); ++i) {
+        ucs_hlist_head_init(&span_cuda_vmm_exports.by_id[i]);
+    }
+    if (span_cuda_vmm_exports.table >= 0) {
+        close(span_cuda_vmm_exports.table);
+    }
+    span_cuda_vmm_exports.table      = -1;
+    span_cuda_vmm_exports.table_size = 0;
+    span_cuda_vmm_exports.lo         = UINT64_MAX;
+    span_cuda_vmm_exports.hi         = 0;
+    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+}
+
+static void span_cuda_vmm_exports_init(void)
+{
+    int ret = pthread_atfork(span_cuda_vmm_exports_fork_prepare,
+                             span_cuda_vmm_exports_fork_parent,
+                             span_cuda_vmm_exports_fork_child);
+
+    if (ret != 0) {
+        ucs_warn("span cuda vmm: pthread_atfork failed (%s): a child forked "
+                 "after exports would withdraw its parent's",
+                 strerror(ret));
+    }
+}
 
 static ucs_hlist_head_t *span_cuda_vmm_export_bucket(uint64_t id)
 {
@@ -219,6 +274,7 @@ ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
     if (ops->buffer_id(base, &id) != UCS_OK) {
         return UCS_ERR_UNSUPPORTED;
     }
+    pthread_once(&span_cuda_vmm_exports_once, span_cuda_vmm_exports_init);
     pthread_mutex_lock(&span_cuda_vmm_exports.lock);
     shared = span_cuda_vmm_export_find(id, base, size);
     if (shared != NULL) {

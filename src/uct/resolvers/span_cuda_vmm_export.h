@@ -22,6 +22,12 @@
  * against shrinking, so that an importer may map it (a view): whether a
  * cached import is still exported is then a read of memory, not a system
  * call per unit for every rendezvous message.
+ *
+ * A child forked after exports shares the parent's table memfd: it forgets
+ * the parent's exports at fork without clearing their entries (closing
+ * only its own copies of the descriptors), so its releases and unmap
+ * events leave them to the parent, and its own exports go into a table of
+ * its own.
  */
 #ifndef SPAN_CUDA_VMM_EXPORT_H_
 #define SPAN_CUDA_VMM_EXPORT_H_

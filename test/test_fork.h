@@ -1,0 +1,85 @@
+/* Tests across fork: a body that runs in a child, which reports through its
+ * exit status (GoogleTest's checks in a child would be lost, or reported
+ * twice), and waits on the child and its pipes that end in a bound, so a
+ * child that hangs fails the test instead of stalling it */
+#ifndef SPAN_TEST_FORK_H_
+#define SPAN_TEST_FORK_H_
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <functional>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* In a child's body: a check that failed says which, and the child exits
+ * with status 1 */
+#define TEST_CHILD_CHECK(_cond) \
+    do { \
+        if (!(_cond)) { \
+            fprintf(stderr, "child %d: %s:%d: failed: %s\n", getpid(), \
+                    __FILE__, __LINE__, #_cond); \
+            return 1; \
+        } \
+    } while (0)
+
+/* Forks a child that runs body and exits with its return value */
+static inline pid_t test_fork(const std::function<int()> &body)
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int status = body();
+        fflush(stderr);
+        _exit(status);
+    }
+    return pid;
+}
+
+/* The child's exit status; -1 where it did not exit within seconds (it is
+ * killed then), -2 where it is no child of this process */
+static inline int test_fork_wait(pid_t pid, unsigned seconds)
+{
+    auto end = std::chrono::steady_clock::now() +
+               std::chrono::seconds(seconds);
+    pid_t ret;
+    int st;
+
+    while ((ret = waitpid(pid, &st, WNOHANG)) == 0) {
+        if (std::chrono::steady_clock::now() > end) {
+            fprintf(stderr, "child %d did not exit in %u s: killed\n", pid,
+                    seconds);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(1000);
+    }
+    if (ret != pid) {
+        return -2;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Reads size bytes that the other end writes at once; false where they
+ * did not come within seconds */
+static inline bool test_pipe_read(int fd, void *buf, size_t size,
+                                  unsigned seconds)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+
+    return (poll(&pfd, 1, seconds * 1000) == 1) &&
+           (read(fd, buf, size) == (ssize_t)size);
+}
+
+/* Waits until the other end of the pipe is closed, at most seconds */
+static inline bool test_pipe_wait_closed(int fd, unsigned seconds)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+    char c;
+
+    return (poll(&pfd, 1, seconds * 1000) == 1) && (read(fd, &c, 1) == 0);
+}
+
+#endif

@@ -5,12 +5,15 @@
 extern "C" {
 #include "span_spill.h"
 }
+#include "test_fork.h"
 #include "test_log.h"
 
 #include <gtest/gtest.h>
 #include <chrono>
 #include <fcntl.h>
 #include <future>
+#include <atomic>
+#include <thread>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -110,6 +113,113 @@ TEST(span_spill, removing_twice_is_refused_with_a_log_line)
     log_counter logs;
     span_spill_remove(&ref);
     EXPECT_EQ(1u, logs.count("is not this process's to release"));
+}
+
+/* A child inherits the parent's arena and its references: releasing them
+ * (its registrations inherited) must leave the parent's slots, and its own
+ * spills go to an arena of its own, even where it gave the inherited
+ * arena's descriptor number to a file of its own */
+TEST(span_spill, a_child_leaves_the_parents_slots_alone)
+{
+    auto a = keys_of(3, 192, 11), b = keys_of(2, 192, 12);
+    auto own = keys_of(4, 192, 13);
+    span_rkey_spill_t ra, rb, rown;
+    int to_parent[2], hold[2];
+
+    ASSERT_EQ(UCS_OK, span_spill_put(a.data(), 3, 192, &ra));
+    ASSERT_EQ(UCS_OK, span_spill_put(b.data(), 2, 192, &rb));
+    ASSERT_EQ(0, pipe(to_parent));
+    ASSERT_EQ(0, pipe(hold));
+    pid_t child = test_fork([&] {
+        struct stat before, after;
+        log_counter logs;
+        int null;
+
+        close(to_parent[0]);
+        close(hold[1]);
+        span_spill_remove(&ra); /* a registration inherited, released */
+        /* the number of the inherited arena's descriptor, a file here */
+        null = open("/dev/null", O_RDONLY);
+        TEST_CHILD_CHECK((null >= 0) && (dup2(null, ra.fd) == int(ra.fd)));
+        TEST_CHILD_CHECK(fstat(ra.fd, &before) == 0);
+        TEST_CHILD_CHECK(span_spill_put(own.data(), 4, 192, &rown) ==
+                         UCS_OK);
+        TEST_CHILD_CHECK(fstat(ra.fd, &after) == 0);
+        TEST_CHILD_CHECK(after.st_ino == before.st_ino); /* still open */
+        span_spill_remove(&rb); /* released after the child spilled */
+        TEST_CHILD_CHECK(logs.count() == 0);
+        TEST_CHILD_CHECK(write(to_parent[1], &rown, sizeof(rown)) ==
+                         sizeof(rown));
+        TEST_CHILD_CHECK(test_pipe_wait_closed(hold[0], 10));
+        return 0;
+    });
+    ASSERT_GE(child, 0);
+    close(to_parent[1]);
+    close(hold[0]);
+
+    std::vector<uint8_t> back(a.size());
+    bool spilled = test_pipe_read(to_parent[0], &rown, sizeof(rown), 10);
+    EXPECT_TRUE(spilled) << "the child did not spill";
+    EXPECT_EQ(UCS_OK, span_spill_fetch(&ra, 3, 192, back.data()));
+    EXPECT_EQ(a, back);
+    back.resize(b.size());
+    EXPECT_EQ(UCS_OK, span_spill_fetch(&rb, 2, 192, back.data()));
+    EXPECT_EQ(b, back);
+    if (spilled) {
+        /* an importer of the child's key reads the child's arena */
+        EXPECT_EQ(uint32_t(child), rown.pid);
+        EXPECT_NE(ra.arena_id, rown.arena_id);
+        back.resize(own.size());
+        EXPECT_EQ(UCS_OK, span_spill_fetch(&rown, 4, 192, back.data()));
+        EXPECT_EQ(own, back);
+    }
+    close(hold[1]);
+    close(to_parent[0]);
+    EXPECT_EQ(0, test_fork_wait(child, 10));
+
+    log_counter logs; /* the parent's own releases are its own */
+    span_spill_remove(&ra);
+    span_spill_remove(&rb);
+    EXPECT_EQ(0u, logs.count());
+}
+
+/* A fork while another thread spills and releases: the child can spill (it
+ * must not inherit the arena's lock held by a thread it does not have) */
+TEST(span_spill, a_fork_amid_spills_leaves_the_child_an_arena)
+{
+    const int children = 20;
+    auto keys = keys_of(3, 192, 21);
+    std::atomic<bool> stop{false};
+
+    std::thread worker([&] {
+        while (!stop) {
+            span_rkey_spill_t r;
+            ASSERT_EQ(UCS_OK, span_spill_put(keys.data(), 3, 192, &r));
+            span_spill_remove(&r);
+        }
+    });
+    for (int c = 0; c < children; ++c) {
+        pid_t child = test_fork([&] {
+            std::vector<uint8_t> back(keys.size());
+            span_rkey_spill_t r;
+
+            TEST_CHILD_CHECK(span_spill_put(keys.data(), 3, 192, &r) ==
+                             UCS_OK);
+            TEST_CHILD_CHECK(span_spill_fetch(&r, 3, 192, back.data()) ==
+                             UCS_OK);
+            TEST_CHILD_CHECK(back == keys);
+            span_spill_remove(&r);
+            return 0;
+        });
+        int status = (child < 0) ? -3 : test_fork_wait(child, 5);
+        if (status != 0) {
+            ADD_FAILURE() << "child " << c << " of " << children
+                          << ": status " << status;
+            break;
+        }
+    }
+    stop = true;
+    worker.join();
 }
 
 /*

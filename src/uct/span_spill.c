@@ -8,6 +8,11 @@
  * cuda_ipc itself can work. The memfd dies with its process, so nothing
  * outlives a crash; a slot is released on deregistration.
  *
+ * A child forked after spills shares the parent's memfd: it never writes
+ * there. It closes its copy at fork (pthread_atfork, which also holds the
+ * lock around fork), makes an arena of its own at its first spill, and
+ * leaves the slots of the references it inherited to the parent.
+ *
  * The pid and fd come from a peer: they may name any file of any process
  * the importer can read. The open neither waits (a FIFO without a writer)
  * nor takes a terminal as the controlling one, and what it opened is read
@@ -59,7 +64,7 @@ typedef struct {
 
 static struct {
     pthread_mutex_t     lock;
-    pid_t               pid;      /* the arena is this process's */
+    pid_t               pid;      /* whose arena it is; 0 before the first */
     int                 fd;
     uint64_t            id;
     uint64_t            seq;
@@ -67,6 +72,42 @@ static struct {
     span_spill_extent_t *free;    /* sorted by offset, coalesced */
     size_t              num_free;
 } span_spill = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+
+static pthread_once_t span_spill_once = PTHREAD_ONCE_INIT;
+
+static void span_spill_fork_prepare(void)
+{
+    pthread_mutex_lock(&span_spill.lock);
+}
+
+static void span_spill_fork_parent(void)
+{
+    pthread_mutex_unlock(&span_spill.lock);
+}
+
+/* Closes the child's copy of its parent's arena while the number still
+ * names it; the free list is the parent's, dropped with the next arena */
+static void span_spill_fork_child(void)
+{
+    if (span_spill.fd >= 0) {
+        close(span_spill.fd);
+    }
+    span_spill.fd  = -1;
+    span_spill.pid = 0;
+    pthread_mutex_unlock(&span_spill.lock);
+}
+
+static void span_spill_init(void)
+{
+    int ret = pthread_atfork(span_spill_fork_prepare, span_spill_fork_parent,
+                             span_spill_fork_child);
+
+    if (ret != 0) {
+        ucs_warn("span spill: pthread_atfork failed (%s): a child forked "
+                 "after spills would spill into its parent's arena",
+                 strerror(ret));
+    }
+}
 
 static uint64_t span_spill_random(void)
 {
@@ -83,16 +124,13 @@ static int span_spill_write(const void *buf, size_t size, uint64_t offset)
     return pwrite(span_spill.fd, buf, size, offset) == (ssize_t)size;
 }
 
-/* A forked child gets its own arena: the inherited one is its parent's */
+/* The arena, made at the first spill of this process */
 static ucs_status_t span_spill_arena(void)
 {
     uint64_t header[2];
 
-    if ((span_spill.fd >= 0) && (span_spill.pid == getpid())) {
-        return UCS_OK;
-    }
     if (span_spill.fd >= 0) {
-        close(span_spill.fd);
+        return UCS_OK;
     }
     free(span_spill.free);
     span_spill.free     = NULL;
@@ -190,6 +228,7 @@ ucs_status_t span_spill_put(const void *keys, uint32_t n, size_t K,
     ucs_status_t status;
     uint64_t offset;
 
+    pthread_once(&span_spill_once, span_spill_init);
     pthread_mutex_lock(&span_spill.lock);
     status = span_spill_arena();
     if (status != UCS_OK) {
@@ -232,9 +271,13 @@ void span_spill_remove(const span_rkey_spill_t *spill)
     span_spill_slot_t slot, cleared = {0};
 
     pthread_mutex_lock(&span_spill.lock);
-    if ((span_spill.pid != getpid()) || (spill->arena_id != span_spill.id) ||
-        (pread(span_spill.fd, &slot, sizeof(slot), spill->offset) !=
-         sizeof(slot)) || (slot.seq != spill->seq)) {
+    if (spill->pid != span_spill.pid) {
+        ucs_debug("span spill: slot at offset %" PRIu64 " of arena 0x%"
+                  PRIx64 " is process %u's, which this one was forked from: "
+                  "left to it", spill->offset, spill->arena_id, spill->pid);
+    } else if ((spill->arena_id != span_spill.id) ||
+               (pread(span_spill.fd, &slot, sizeof(slot), spill->offset) !=
+                sizeof(slot)) || (slot.seq != spill->seq)) {
         ucs_error("span spill: slot at offset %" PRIu64 " (seq %" PRIu64
                   ") of arena 0x%" PRIx64 " is not this process's to release",
                   spill->offset, spill->seq, spill->arena_id);

@@ -2,7 +2,8 @@
  * Spill table: inner keys too large for the 255 bytes of a span rkey (one
  * cuda_ipc key is 192 bytes) are kept by the exporting process and fetched
  * by an importer on the same node; the rkey carries a reference to them
- * (span_rkey.c).
+ * (span_rkey.c). A child forked after spills spills into an arena of its
+ * own, and releasing a reference it inherited leaves the parent's slot.
  */
 #ifndef SPAN_SPILL_H_
 #define SPAN_SPILL_H_

@@ -7,6 +7,7 @@
  * descriptor and table view released in the end.
  */
 #include "test_fds.h"
+#include "test_fork.h"
 
 #include <gtest/gtest.h>
 
@@ -19,6 +20,9 @@ extern "C" {
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -26,6 +30,7 @@ extern "C" {
 namespace {
 
 int imports, unmaps;
+std::vector<uint64_t> unmapped; /* the local bases unmapped, in order */
 
 ucs_status_t unit_buffer_id(uint64_t addr, uint64_t *id_p)
 {
@@ -58,6 +63,7 @@ extern "C" ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
 extern "C" void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
 {
     ++unmaps;
+    unmapped.push_back(map->base);
 }
 
 namespace {
@@ -187,6 +193,88 @@ TEST_F(vmm_cache, a_number_used_again_is_another_unit)
     span_cuda_vmm_cache_put(m);
     EXPECT_EQ(m, get(k2)) << "the live mapping is kept";
     span_cuda_vmm_cache_put(m);
+}
+
+/* A child inherits the parent's cached mappings, which live in the
+ * parent's CUDA context (CUDA does not survive fork): the child maps the
+ * units anew, never unmaps the parent's, and the parent keeps serving its
+ * own */
+TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
+{
+    std::vector<span_cuda_vmm_key_t> k = {export_unit()}, k2 = {export_unit()};
+    span_cuda_vmm_map_t *idle = get(k), *held = get(k2);
+    uint64_t idle_base = idle->base, held_base = held->base;
+
+    span_cuda_vmm_cache_put(idle); /* cached, unused */
+    ASSERT_EQ(2, imports);
+    pid_t child = test_fork([&] {
+        auto parents = [&] {
+            return std::count(unmapped.begin(), unmapped.end(), idle_base) +
+                   std::count(unmapped.begin(), unmapped.end(), held_base);
+        };
+        span_chunk_geom_t g = geom(1);
+        span_cuda_vmm_map_t *m;
+
+        unmapped.clear();
+        TEST_CHILD_CHECK(span_cuda_vmm_cache_get(k.data(), &g, &m) == UCS_OK);
+        TEST_CHILD_CHECK(imports == 3); /* not the parent's mapping */
+        TEST_CHILD_CHECK(m->base != idle_base);
+        span_cuda_vmm_cache_put(m);
+        span_cuda_vmm_cache_put(held); /* an rkey inherited, released */
+        span_cuda_vmm_cache_purge();
+        TEST_CHILD_CHECK(parents() == 0);
+        TEST_CHILD_CHECK(unmapped.size() == 1); /* its own */
+        return 0;
+    });
+    ASSERT_GE(child, 0);
+    EXPECT_EQ(0, test_fork_wait(child, 10));
+
+    EXPECT_EQ(idle, get(k)) << "the parent's mapping is no longer served";
+    EXPECT_EQ(2, imports);
+    span_cuda_vmm_cache_put(idle);
+    span_cuda_vmm_cache_put(held);
+}
+
+/* A fork while another thread walks the cache: the child can use it (it
+ * must not inherit the cache's lock held by a thread it does not have) */
+TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
+{
+    const int held = 64, children = 20;
+    std::vector<span_cuda_vmm_map_t*> maps;
+    std::vector<span_cuda_vmm_key_t> k = {export_unit()};
+    std::atomic<bool> stop{false};
+
+    for (int i = 0; i < held; ++i) { /* a long list to walk */
+        maps.push_back(get({export_unit()}));
+    }
+    std::thread worker([&] {
+        while (!stop) {
+            span_cuda_vmm_cache_purge();
+        }
+    });
+    for (int c = 0; c < children; ++c) {
+        pid_t child = test_fork([&] {
+            span_chunk_geom_t g = geom(1);
+            span_cuda_vmm_map_t *m;
+
+            TEST_CHILD_CHECK(span_cuda_vmm_cache_get(k.data(), &g, &m) ==
+                             UCS_OK);
+            span_cuda_vmm_cache_put(m);
+            span_cuda_vmm_cache_purge();
+            return 0;
+        });
+        int status = (child < 0) ? -3 : test_fork_wait(child, 5);
+        if (status != 0) {
+            ADD_FAILURE() << "child " << c << " of " << children
+                          << ": status " << status;
+            break;
+        }
+    }
+    stop = true;
+    worker.join();
+    for (auto m : maps) {
+        span_cuda_vmm_cache_put(m);
+    }
 }
 
 TEST_F(vmm_cache, unused_mappings_are_bounded)

@@ -1,5 +1,13 @@
 /*
  * The import cache of VMM mappings.
+ *
+ * A mapping lives in the CUDA context of the process that made it, and
+ * CUDA does not survive fork: a child is never served its parent's
+ * mappings, nor unmaps them (a driver call there fails, and the mapping is
+ * not the child's). fork() counts in the child (pthread_atfork, which also
+ * holds the lock around fork), and an entry made before the last fork is
+ * dead and freed without an unmap: nothing is walked or freed in the fork
+ * handler, and a lookup costs one comparison more.
  */
 #ifdef HAVE_CONFIG_H
 #  include "config.h"
@@ -21,6 +29,7 @@ typedef struct span_cuda_vmm_entry {
     ucs_list_link_t     list;      /* in the cache, least recently used first */
     int                 listed;
     unsigned            refcount;  /* rkeys that use it */
+    unsigned            forks;     /* span_cuda_vmm_cache_forks when mapped */
     span_chunk_geom_t   geom;
     span_cuda_vmm_table_view_t view; /* the exporter's table */
     size_t              keys_size;
@@ -30,13 +39,56 @@ typedef struct span_cuda_vmm_entry {
 static UCS_LIST_HEAD(span_cuda_vmm_cache);
 static unsigned        span_cuda_vmm_cache_idle; /* listed, refcount 0 */
 static pthread_mutex_t span_cuda_vmm_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t  span_cuda_vmm_cache_once = PTHREAD_ONCE_INIT;
+/* one more in a child than in its parent: written only by the child's fork
+ * handler, before the child has any other thread */
+static unsigned        span_cuda_vmm_cache_forks;
 
-/* Whether the exporter's table still says that every unit is the export
- * the keys name: memory reads, no system call */
+static void span_cuda_vmm_cache_fork_prepare(void)
+{
+    pthread_mutex_lock(&span_cuda_vmm_cache_lock);
+}
+
+static void span_cuda_vmm_cache_fork_parent(void)
+{
+    pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
+}
+
+static void span_cuda_vmm_cache_fork_child(void)
+{
+    ++span_cuda_vmm_cache_forks;
+    pthread_mutex_unlock(&span_cuda_vmm_cache_lock);
+}
+
+static void span_cuda_vmm_cache_init(void)
+{
+    int ret = pthread_atfork(span_cuda_vmm_cache_fork_prepare,
+                             span_cuda_vmm_cache_fork_parent,
+                             span_cuda_vmm_cache_fork_child);
+
+    if (ret != 0) {
+        ucs_warn("span cuda vmm: pthread_atfork failed (%s): a child forked "
+                 "after imports would be served its parent's mappings",
+                 strerror(ret));
+    }
+}
+
+/* Whether the mapping is this process's */
+static int span_cuda_vmm_entry_owned(const span_cuda_vmm_entry_t *entry)
+{
+    return entry->forks == span_cuda_vmm_cache_forks;
+}
+
+/* Whether the mapping is this process's and the exporter's table still
+ * says that every unit is the export the keys name: memory reads, no
+ * system call */
 static int span_cuda_vmm_entry_alive(const span_cuda_vmm_entry_t *entry)
 {
     uint32_t i;
 
+    if (!span_cuda_vmm_entry_owned(entry)) {
+        return 0;
+    }
     for (i = 0; i < entry->geom.num_chunks; ++i) {
         if (!span_cuda_vmm_table_view_holds(&entry->view, &entry->keys[i])) {
             return 0;
@@ -45,10 +97,9 @@ static int span_cuda_vmm_entry_alive(const span_cuda_vmm_entry_t *entry)
     return 1;
 }
 
-static void span_cuda_vmm_entry_free(span_cuda_vmm_entry_t *entry,
-                                     int mapped)
+static void span_cuda_vmm_entry_free(span_cuda_vmm_entry_t *entry)
 {
-    if (mapped) {
+    if (span_cuda_vmm_entry_owned(entry)) {
         span_cuda_vmm_unmap(&entry->map);
     }
     span_cuda_vmm_table_view_close(&entry->view);
@@ -73,9 +124,11 @@ static void span_cuda_vmm_free_dropped(ucs_list_link_t *dropped)
     span_cuda_vmm_entry_t *entry, *tmp;
 
     ucs_list_for_each_safe(entry, tmp, dropped, list) {
-        ucs_debug("span cuda vmm: unmapped %u units of process %u",
+        ucs_debug("span cuda vmm: %s %u units of process %u",
+                  span_cuda_vmm_entry_owned(entry) ?
+                  "unmapped" : "forgot the parent's mapping of",
                   entry->geom.num_chunks, entry->map.pid);
-        span_cuda_vmm_entry_free(entry, 1);
+        span_cuda_vmm_entry_free(entry);
     }
 }
 
@@ -140,6 +193,7 @@ static ucs_status_t span_cuda_vmm_entry_new(const span_cuda_vmm_key_t *keys,
     entry->geom      = *geom;
     entry->keys_size = size;
     entry->refcount  = 1;
+    entry->forks     = span_cuda_vmm_cache_forks;
     memcpy(entry->keys, keys, size);
     *entry_p = entry;
     return UCS_OK;
@@ -153,6 +207,7 @@ ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
     span_cuda_vmm_entry_t *entry;
     ucs_status_t status;
 
+    pthread_once(&span_cuda_vmm_cache_once, span_cuda_vmm_cache_init);
     pthread_mutex_lock(&span_cuda_vmm_cache_lock);
     entry = span_cuda_vmm_cache_lookup((const uint8_t*)keys,
                                        geom->num_chunks * sizeof(*keys), geom,

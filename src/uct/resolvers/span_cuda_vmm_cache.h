@@ -11,7 +11,9 @@
  * exporter that exits leaves its table as it was: its own rkeys may still
  * be served the memory they named, which this process's mapping keeps, and
  * never other memory. Where the table cannot be mapped, a mapping lives
- * only as long as its rkeys. Thread safe.
+ * only as long as its rkeys. A child forked after imports is never served
+ * its parent's mappings (they are in the parent's CUDA context, which does
+ * not survive fork) and never unmaps them: it maps anew. Thread safe.
  */
 #ifndef SPAN_CUDA_VMM_CACHE_H_
 #define SPAN_CUDA_VMM_CACHE_H_

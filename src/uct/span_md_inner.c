@@ -6,6 +6,7 @@
 #include <ucs/datastruct/khash.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/compiler_def.h>
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -149,12 +150,29 @@ static ucs_status_t span_md_inner_copy_ops(span_md_inner_t *wrap,
     return UCS_OK;
 }
 
+/* An MD object inside a loaded library is one every open of that MD hands
+ * out (rocm_ipc's md_open returns a static object): UCP's own open of the
+ * native MD shares it, and would call through an ops table the twin frees
+ * when it closes. Heap objects belong to one open. */
+static int span_md_inner_shared(uct_md_h inner)
+{
+    Dl_info info;
+
+    return dladdr(inner, &info) != 0;
+}
+
 ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
                                 const uct_md_ops_t **orig_p)
 {
-    span_md_inner_t *wrap = calloc(1, sizeof(*wrap));
+    span_md_inner_t *wrap;
     ucs_status_t status;
 
+    if (span_md_inner_shared(inner)) {
+        ucs_debug("span: inner md %p lies in a library (every open of it is "
+                  "that object): its ops stay its own", inner);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    wrap = calloc(1, sizeof(*wrap));
     if (wrap == NULL) {
         return UCS_ERR_NO_MEMORY;
     }

@@ -27,7 +27,9 @@
 typedef struct span_md_inner span_md_inner_t;
 
 /* Gives inner an ops table that records others' registrations; *orig_p the
- * table to use for the twin's own calls */
+ * table to use for the twin's own calls. UCS_ERR_UNSUPPORTED for an object
+ * every open of the MD shares (a static one, as rocm_ipc's): it is left as
+ * it is. */
 ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
                                 const uct_md_ops_t **orig_p);
 

@@ -9,8 +9,8 @@ deps="$top/.deps"
 ucx_wheel_version=${SPAN_UCX_WHEEL_VERSION:-1.22.0}
 
 debian_pkgs=(autoconf automake libtool pkg-config make gcc g++ cmake
-             libgtest-dev libibverbs-dev valgrind python3-pip unzip
-             clang libclang-rt-14-dev)
+             libgtest-dev libibverbs-dev valgrind python3-pip python3-venv
+             unzip clang libclang-rt-14-dev)
 
 missing=()
 for p in "${debian_pkgs[@]}"; do

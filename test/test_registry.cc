@@ -13,10 +13,22 @@ extern "C" {
 #include "span_registry.h"
 }
 
+#include "test_deadline.h"
+
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <map>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
+
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace {
 
@@ -217,9 +229,10 @@ TEST_F(registry, references_of_a_slot_released_by_another_thread)
 }
 
 /* b takes two references (the second from its slot) and hands both over:
- * their release elsewhere leaves b's slot holding the entry, released by
- * its users, until the owner purges */
-TEST_F(registry, a_live_thread_slot_keeps_a_released_entry_until_purge)
+ * their users' last release tears the entry down at once, though b's slot
+ * held it and b, alive, does not call the registry meanwhile; b's slot
+ * serves it no more */
+TEST_F(registry, a_released_entry_is_torn_down_at_once_whatever_slot_held_it)
 {
     fake_reg reg(owner, base, 1, 64 * MiB, 700);
     std::vector<span_registry_entry_t*> got;
@@ -230,18 +243,19 @@ TEST_F(registry, a_live_thread_slot_keeps_a_released_entry_until_purge)
         got.push_back(within(base + 8192, 4096));
         step = 1;
         wait_for(step, 2);
+        EXPECT_EQ(nullptr, within(base + 8192, 4096));
     });
     wait_for(step, 1);
     for (auto entry : got) {
         ASSERT_EQ(&reg.entry, entry);
         release(entry);
     }
-    release(&reg.entry); /* the last user, while b's slot holds it */
     EXPECT_EQ(0u, destroyed.load());
-    span_registry_purge(owner);
+    release(&reg.entry); /* the last user, while b's slot holds it */
     EXPECT_EQ(1u, destroyed.load());
     step = 2;
     b.join();
+    span_registry_purge(owner);
     EXPECT_EQ(1u, destroyed.load());
 }
 
@@ -306,6 +320,443 @@ TEST_F(registry, thread_storm_tears_down_once)
     EXPECT_EQ(0u, destroyed.load());
     release(&reg.entry);
     EXPECT_EQ(1u, destroyed.load());
+}
+
+/*
+ * Lifetime across owners: each fake MD below is an object of its own on the
+ * heap, freed when it closes, and a registration's teardown reads its owner
+ * (as span_md_memh_destroy does), so that ASan sees any teardown that runs
+ * after its owner closed.
+ */
+struct fake_md {
+    std::atomic<unsigned> registrations{0};
+    std::atomic<unsigned> teardowns{0};
+};
+
+std::atomic<bool> torn_after_close{false};
+std::atomic<const void*> closed_md{nullptr};
+/* a teardown on a thread that holds them waits for its owner's close (at
+ * most 2 s): one that runs after the close then shows */
+thread_local bool hold_teardowns = false;
+std::atomic<const void*> tearing_down{nullptr};
+
+/* A registration of a fake MD with one unit, the way an MD's handle is
+ * torn down: by whoever the registry says, reading its owner */
+/*
+ * The page of a guarded registration (below): the test makes it unreadable,
+ * so that the next thread to read the registration stops in the fault
+ * handler, at that very load, while the others go on (for at most 100 ms,
+ * or until the registration is torn down). A teardown makes the page
+ * unreadable again: a read after it comes back to the handler, counted.
+ */
+char *guard_page;
+size_t guard_size;
+std::atomic<bool> guard_torn{false};
+std::atomic<int> guard_faults{0};
+std::atomic<int> guard_reads_after_teardown{0};
+
+double guard_now()
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + (ts.tv_nsec * 1e-9);
+}
+
+void guard_fault(int sig, siginfo_t *info, void *context)
+{
+    char *addr = static_cast<char*>(info->si_addr);
+    double end;
+
+    if ((addr < guard_page) || (addr >= guard_page + guard_size)) {
+        signal(SIGSEGV, SIG_DFL); /* not ours: crash as it would */
+        return;
+    }
+    mprotect(guard_page, guard_size, PROT_READ | PROT_WRITE);
+    if (guard_torn) {
+        ++guard_reads_after_teardown;
+        return;
+    }
+    ++guard_faults;
+    for (end = guard_now() + 0.1; !guard_torn && (guard_now() < end);) {
+        sched_yield();
+    }
+}
+
+struct md_reg {
+    span_registry_entry_t entry{};
+    span_registry_unit_t  unit{};
+    span_registry_stats_t stats{};
+    bool                  guarded = false;
+
+    static void teardown(span_registry_entry_t *entry)
+    {
+        auto reg = reinterpret_cast<md_reg*>(entry);
+        auto md  = static_cast<fake_md*>(const_cast<void*>(entry->owner));
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+
+        if (hold_teardowns) {
+            tearing_down = md;
+            while ((closed_md.load() != md) &&
+                   (std::chrono::steady_clock::now() < end)) {
+                std::this_thread::yield();
+            }
+        }
+        if (closed_md.load() == md) {
+            torn_after_close = true;
+        }
+        ++md->teardowns;
+        if (!reg->guarded) {
+            delete reg;
+            return;
+        }
+        reg->~md_reg();
+        mprotect(guard_page, guard_size, PROT_NONE);
+        guard_torn = true;
+    }
+
+    static md_reg *guarded_new(fake_md *md, uint64_t start, uint64_t length,
+                               uint64_t id)
+    {
+        guard_size = sysconf(_SC_PAGESIZE);
+        guard_page = static_cast<char*>(mmap(NULL, guard_size,
+                                             PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                                             0));
+        if (guard_page == MAP_FAILED) {
+            return nullptr;
+        }
+        guard_torn                 = false;
+        guard_faults               = 0;
+        guard_reads_after_teardown = 0;
+        auto reg     = new (guard_page) md_reg(md, start, length, id);
+        reg->guarded = true;
+        return reg;
+    }
+
+    md_reg(fake_md *md, uint64_t start, uint64_t length, uint64_t id)
+    {
+        ++md->registrations;
+        unit.id        = id;
+        entry.owner    = md;
+        entry.start    = start;
+        entry.length   = length;
+        entry.mem_type = UCS_MEMORY_TYPE_CUDA;
+        entry.identity = id;
+        entry.caps     = 1;
+        entry.num_units = 1;
+        entry.units    = &unit;
+        entry.destroy  = teardown;
+        entry.stats    = &stats;
+        span_registry_add(&entry);
+    }
+};
+
+span_registry_entry_t *md_within(fake_md *md, uint64_t addr, uint64_t id)
+{
+    return span_registry_find_within(md, addr, 4096, UCS_MEMORY_TYPE_CUDA, id,
+                                     1, fake_check);
+}
+
+/* A release that the registry says ends the registration tears it down */
+void md_release(span_registry_entry_t *entry)
+{
+    if (span_registry_release(entry)) {
+        md_reg::teardown(entry);
+    }
+}
+
+class registry_owners : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        torn_after_close = false;
+        closed_md        = nullptr;
+        tearing_down     = nullptr;
+    }
+
+    /* as span_md_close: purge, then the MD is freed */
+    void close(fake_md *md)
+    {
+        span_registry_purge(md);
+        closed_md = md;
+        delete md;
+    }
+
+    uint64_t base = 0x7e0000000000ull;
+};
+
+/* (b) thread a's slot held x's registration when its users released it;
+ * a then asks for memory of y while x closes: nothing of x's may be torn
+ * down after x closed */
+TEST_F(registry_owners, a_request_of_one_md_never_tears_down_another_closed_md)
+{
+    deadline bound(20, "registry_owners.a_request_of_one_md_never_tears_down"
+                       "_another_closed_md");
+    auto x = new fake_md, y = new fake_md;
+    auto *rx = new md_reg(x, base, 64 * MiB, 0xb0);
+    auto *ry = new md_reg(y, base + 64 * MiB, 64 * MiB, 0xb1);
+    std::vector<span_registry_entry_t*> got;
+    std::atomic<int> step{0};
+    unsigned x_torn;
+
+    std::thread a([&] {
+        got.push_back(md_within(x, base + 4096, 0xb0));  /* its slot takes it */
+        got.push_back(md_within(x, base + 8192, 0xb0));  /* from its slot */
+        step = 1;
+        wait_for(step, 2);
+        /* of y, while x closes */
+        hold_teardowns = true;
+        span_registry_entry_t *entry = md_within(y, base + 64 * MiB, 0xb1);
+        hold_teardowns = false;
+        EXPECT_EQ(&ry->entry, entry);
+        step = 3;
+        md_release(entry);
+    });
+    wait_for(step, 1);
+    for (auto entry : got) {
+        ASSERT_EQ(&rx->entry, entry);
+        md_release(entry);
+    }
+    md_release(&rx->entry); /* x's users are done with it */
+    step = 2;
+    /* x closes once a's request is over or tears down in it */
+    while ((step != 3) && (tearing_down.load() == nullptr)) {
+        std::this_thread::yield();
+    }
+    x_torn = x->teardowns;
+    close(x);
+    a.join();
+    EXPECT_FALSE(torn_after_close.load());
+    EXPECT_EQ(1u, x_torn) << "x's registration was not torn down when x "
+                             "closed";
+    md_release(&ry->entry);
+    EXPECT_EQ(1u, y->teardowns.load());
+    close(y);
+}
+
+/* (a) thread a's slot holds x's registration; a asks for the same buffer
+ * registered by y (two contexts, one tensor), and its slot hit reads x's
+ * registration: it stops right there while x's users release it and x
+ * closes. Nothing may read the registration after its teardown. */
+TEST_F(registry_owners, a_slot_hit_never_reads_a_registration_torn_down_meanwhile)
+{
+    deadline bound(20, "registry_owners.a_slot_hit_never_reads_a_registration"
+                       "_torn_down_meanwhile");
+    auto x = new fake_md, y = new fake_md;
+    md_reg *rx = md_reg::guarded_new(x, base, 64 * MiB, 0xa0);
+    auto *ry   = new md_reg(y, base, 64 * MiB, 0xa0); /* the same buffer */
+    span_registry_entry_t *got = nullptr;
+    struct sigaction action = {}, saved;
+    std::atomic<int> step{0};
+
+    ASSERT_NE(nullptr, rx) << strerror(errno);
+    action.sa_sigaction = guard_fault;
+    action.sa_flags     = SA_SIGINFO;
+    ASSERT_EQ(0, sigaction(SIGSEGV, &action, &saved));
+    std::thread a([&] {
+        got  = md_within(x, base + 4096, 0xa0); /* its slot takes it */
+        step = 1;
+        wait_for(step, 2);
+        span_registry_entry_t *entry = md_within(y, base + 8192, 0xa0);
+        EXPECT_EQ(&ry->entry, entry);
+        md_release(entry);
+    });
+    wait_for(step, 1);
+    ASSERT_EQ(&rx->entry, got);
+    mprotect(guard_page, guard_size, PROT_NONE);
+    step = 2;
+    while (guard_faults == 0) { /* a is inside its slot hit */
+        std::this_thread::yield();
+    }
+    md_release(got);
+    md_release(&rx->entry); /* x's users are done with it */
+    close(x);
+    a.join();
+    sigaction(SIGSEGV, &saved, NULL);
+    EXPECT_EQ(1, guard_faults.load());
+    EXPECT_EQ(0, guard_reads_after_teardown.load())
+            << "a slot hit read a registration after its teardown";
+    EXPECT_TRUE(guard_torn.load());
+    EXPECT_FALSE(torn_after_close.load());
+    md_release(&ry->entry);
+    close(y);
+    munmap(guard_page, guard_size);
+}
+
+/* a registration still held when its MD closes (a leak: UCT asks for every
+ * one to be released first) is never served again, from a slot or not:
+ * not to a new MD that the allocator puts at the closed one's address */
+TEST_F(registry_owners, a_registration_held_at_close_is_never_served_again)
+{
+    auto x   = new fake_md;
+    auto *rx = new md_reg(x, base, 64 * MiB, 0xc0);
+    std::vector<span_registry_entry_t*> got;
+    std::atomic<int> step{0};
+
+    std::thread a([&] {
+        got.push_back(md_within(x, base + 4096, 0xc0));
+        got.push_back(md_within(x, base + 8192, 0xc0)); /* from its slot */
+        step = 1;
+        wait_for(step, 2);
+        got.push_back(md_within(x, base + 8192, 0xc0));
+    });
+    wait_for(step, 1);
+    span_registry_purge(x); /* x closes; a new MD at its address: */
+    step = 2;
+    a.join();
+    EXPECT_EQ(nullptr, got[2]) << "served after its MD closed";
+    EXPECT_EQ(nullptr, md_within(x, base + 4096, 0xc0));
+    EXPECT_FALSE(span_registry_valid(&rx->entry));
+    /* the leaked handles' late releases still tear it down once */
+    got.push_back(&rx->entry);
+    for (auto entry : got) {
+        if (entry != nullptr) {
+            md_release(entry);
+        }
+    }
+    EXPECT_EQ(1u, x->teardowns.load());
+    delete x;
+}
+
+/*
+ * Several MDs in one process, as NIXL agents (one UCP context per thread)
+ * have them: threads register the same device buffers with any of them,
+ * hand references to each other, release them, see memory freed, exit and
+ * start again, while MDs close and open. An MD closes as UCT asks (no call
+ * on it meanwhile, all its registrations released, by whichever thread),
+ * while the other threads' slots may hold its registrations and they go on
+ * with the other MDs. Every registration is torn down exactly once, by the
+ * release of its last user, before its MD closes (ASan and TSan see the
+ * rest). SPAN_STRESS_SECONDS long (2 s by default).
+ */
+class registry_stress : public registry_owners {
+protected:
+    static constexpr int MDS = 4, UNITS = 8, WORKERS = 4;
+
+    struct md_state {
+        std::shared_mutex                   use;  /* exclusive: closing */
+        std::mutex                          lock; /* of refs */
+        std::vector<span_registry_entry_t*> refs; /* handed out */
+        fake_md                             *md = new fake_md;
+    };
+
+    static double seconds()
+    {
+        const char *env = getenv("SPAN_STRESS_SECONDS");
+        return (env != nullptr) ? atof(env) : 2.0;
+    }
+
+    uint64_t unit_start(int k) { return base + (k * 2 * MiB); }
+    static uint64_t unit_id(int k) { return 0x5000 + k; }
+
+    /* a reference to unit k registered with md: shared, else a new one */
+    span_registry_entry_t *take(fake_md *md, int k, uint64_t offset)
+    {
+        span_registry_entry_t *entry = md_within(md, unit_start(k) + offset,
+                                                 unit_id(k));
+
+        return (entry != nullptr) ? entry :
+               &(new md_reg(md, unit_start(k), 2 * MiB, unit_id(k)))->entry;
+    }
+
+    /* UCT's order: nothing in use, every registration released, then the
+     * MD closes: by then each of them is torn down */
+    void close_md(md_state &state)
+    {
+        std::unique_lock<std::shared_mutex> closing(state.use);
+
+        for (auto entry : state.refs) {
+            md_release(entry);
+        }
+        state.refs.clear();
+        EXPECT_EQ(state.md->registrations.load(),
+                  state.md->teardowns.load())
+                << "registrations released by all their users are not torn "
+                   "down before their MD closes";
+        close(state.md);
+        state.md = new fake_md;
+        ++closes;
+    }
+
+    void work(unsigned seed, double until)
+    {
+        std::minstd_rand rand(seed);
+
+        while (guard_now() < until) {
+            md_state &state = mds[rand() % MDS];
+            std::shared_lock<std::shared_mutex> use(state.use);
+            int k = rand() % UNITS, op = rand() % 16;
+            span_registry_entry_t *entry;
+
+            if (op < 8) {
+                entry = take(state.md, k, (rand() % 512) * 4096);
+                if (op < 3) {
+                    md_release(entry); /* at once, on this thread */
+                } else {
+                    std::lock_guard<std::mutex> guard(state.lock);
+                    state.refs.push_back(entry);
+                }
+            } else if (op < 15) {
+                std::unique_lock<std::mutex> guard(state.lock);
+                if (state.refs.empty()) {
+                    continue;
+                }
+                size_t i = rand() % state.refs.size();
+                entry    = state.refs[i];
+                state.refs[i] = state.refs.back();
+                state.refs.pop_back();
+                guard.unlock();
+                md_release(entry); /* maybe another thread's */
+            } else {
+                span_registry_invalidate(unit_start(k) + 4096, 4096);
+            }
+            ++ops;
+        }
+    }
+
+    md_state              mds[MDS];
+    std::atomic<unsigned> ops{0}, closes{0};
+};
+
+TEST_F(registry_stress, threads_register_release_and_close_mds_at_once)
+{
+    const double duration = seconds(), until = guard_now() + duration;
+    deadline bound(unsigned(duration) + 60,
+                   "registry_stress.threads_register_release_and_close_mds_"
+                   "at_once");
+    std::atomic<bool> done{false};
+    unsigned generations = 0;
+
+    std::thread closer([&] {
+        std::minstd_rand rand(1);
+        while (!done) {
+            std::this_thread::sleep_for(
+                    std::chrono::microseconds(200 + (rand() % 2000)));
+            close_md(mds[rand() % MDS]);
+        }
+    });
+    /* threads live 50 ms: their slots let go at their exit too */
+    while (guard_now() < until) {
+        std::vector<std::thread> pool;
+        double end = std::min(until, guard_now() + 0.05);
+        for (int t = 0; t < WORKERS; ++t) {
+            pool.emplace_back([&, t] { work(generations * WORKERS + t, end); });
+        }
+        for (auto &thread : pool) {
+            thread.join();
+        }
+        ++generations;
+    }
+    done = true;
+    closer.join();
+    for (auto &state : mds) {
+        close_md(state);
+        delete state.md;
+    }
+    EXPECT_FALSE(torn_after_close.load());
+    printf("%u ops, %u MD closes, %u thread generations in %.1f s\n",
+           ops.load(), closes.load(), generations, duration);
 }
 
 } // namespace

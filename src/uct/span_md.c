@@ -506,15 +506,6 @@ static ucs_status_t span_memh_teardown(span_md_t *smd, span_memh_t *memh)
     return status;
 }
 
-/* The registry tears down a registration a thread's slot held when its
- * last user released it (span_registry.h) */
-static void span_md_memh_destroy(span_registry_entry_t *entry)
-{
-    span_memh_t *memh = ucs_container_of(entry, span_memh_t, entry);
-
-    span_memh_teardown((span_md_t*)entry->owner, memh);
-}
-
 /*
  * Two caches sit on top of the inner MD: UCP's registration cache, which may
  * keep a twin handle registered after the application unmapped its buffer
@@ -625,7 +616,6 @@ static void span_md_registry_add(span_md_t *smd, span_memh_t *memh,
     memh->entry.mem_type = mtype;
     memh->entry.caps     = caps;
     memh->entry.stats    = &smd->stats;
-    memh->entry.destroy  = span_md_memh_destroy;
     span_md_registry_units(smd, memh, ext);
     span_registry_add(&memh->entry);
 }

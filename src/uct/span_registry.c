@@ -21,15 +21,34 @@
  * a lock and a shared counter per request would cost more than the one
  * driver call that must stay (the buffer id: a missed free event must not
  * serve other memory). A thread's slot holds the entry and unit of its last
- * hit there with one pin (entry->pins, under the lock, so that the entry
- * outlives the slot's use of it); a request inside that unit takes a
- * reference counted in the slot, and the thread's release of the entry
- * gives one back there, with no lock and no read-modify-write. A release
- * under the lock of a reference a slot handed out leaves the entry's own
- * count below what its users hold: the entry counts as released only when
- * the slots that hold it have let it go and added their counts. A slot lets
- * go when its thread hits another unit, releases the entry without a
- * reference of its own, sees it draining, exits, or when the owner purges.
+ * hit there (entry->pins counts the slots that hold it); a request inside
+ * that unit takes a reference counted in the slot, and the thread's release
+ * of the entry gives one back there, with no lock and no shared counter.
+ *
+ * What a user holds is the entry's own count (references taken and
+ * released under the lock) plus the counts of the slots that hold it. A
+ * release under the lock that leaves the entry's own count at zero or less
+ * (it may give back a reference another thread's slot handed out) takes the
+ * entry from every slot that holds it and adds their counts: what is left
+ * is what its users hold, and at zero that release was the last. So an
+ * entry that a slot holds always has a count of its own above zero, a slot
+ * never hands out or takes back its last reference, and every entry is torn
+ * down by the release of its last user (its owner's deregistration),
+ * whichever thread's slot held it: never later, never by a request of
+ * another owner, never after its owner closed (UCT releases every
+ * registration before closing an MD).
+ *
+ * Taking the entry from a slot while its thread uses the slot without the
+ * lock is a handshake, not a matter of timing: the thread marks its slot
+ * busy and then reads which entry it holds, and reads the entry only while
+ * busy; the one who takes the entry away (under the lock) clears it, then
+ * waits until the slot is not busy. Both store, then load, sequentially
+ * consistent: either the thread saw no entry, or the other sees it busy and
+ * waits until it is done with the entry and its count. That full fence is
+ * the fast path's only cost beyond plain loads and stores (on x86 a locked
+ * instruction, as every full fence is, on the thread's own slot: no shared
+ * counter, no contention). Nothing between the mark and its end calls out
+ * or waits, so the wait is a few instructions long.
  */
 #include "span_registry.h"
 
@@ -37,6 +56,7 @@
 #include <ucs/sys/math.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #define SPAN_REGISTRY_BUCKETS_LOG 12
@@ -57,11 +77,14 @@ static pthread_mutex_t span_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t        span_registry_lo   = UINT64_MAX; /* listed span */
 static uint64_t        span_registry_hi;
 
-/* A thread's last unit hit. Its thread alone reads and writes refs, hits
- * and the unit; entry changes under the lock, where purge reads all. */
+/* A thread's last unit hit. Its thread alone reads and writes the unit;
+ * entry changes under the lock only; refs and hits belong to the thread
+ * while it is busy with the entry or holds the lock, else to the lock's
+ * holder once the entry is cleared and the slot not busy. */
 typedef struct span_registry_slot {
     ucs_list_link_t       list;   /* of the slots of live threads */
     span_registry_entry_t *entry; /* holds one of its pins, or NULL */
+    int                   busy;   /* its thread may be reading entry */
     uint64_t              id;     /* the unit: its buffer id and range */
     uint64_t              start;
     uint64_t              end;
@@ -172,64 +195,74 @@ static void span_registry_unlist(span_registry_entry_t *entry)
     }
 }
 
-/* Whether the slots that hold the entry must give back their counts to
- * tell whether its users released it (read by span_registry_slot_hit) */
-static void span_registry_drain_mark(span_registry_entry_t *entry)
+/* The calling thread begins to use its slot without the lock: the entry it
+ * reads here stays there and alive until span_registry_slot_leave */
+static UCS_F_ALWAYS_INLINE span_registry_entry_t *
+span_registry_slot_enter(span_registry_slot_t *slot)
 {
-    __atomic_store_n(&entry->draining, entry->refcount <= 0,
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->busy, 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&slot->entry, __ATOMIC_SEQ_CST);
 }
 
-/* Whether its users released the entry and no slot holds it: it is
- * unlisted then, to be torn down; the lock is held */
+static UCS_F_ALWAYS_INLINE void
+span_registry_slot_leave(span_registry_slot_t *slot)
+{
+    __atomic_store_n(&slot->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* The slot lets its entry go, which gets the slot's count: once the slot's
+ * thread, if it is another, is done with what it read there. The lock is
+ * held. */
+static void span_registry_slot_revoke(span_registry_slot_t *slot)
+{
+    span_registry_entry_t *entry = slot->entry;
+
+    if (entry == NULL) {
+        return;
+    }
+    __atomic_store_n(&slot->entry, NULL, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&slot->busy, __ATOMIC_SEQ_CST)) {
+        sched_yield(); /* it may be preempted on this core */
+    }
+    entry->refcount += slot->refs;
+    __atomic_add_fetch(&entry->stats->hits, slot->hits, __ATOMIC_RELAXED);
+    --entry->pins;
+    slot->refs = 0;
+    slot->hits = 0;
+}
+
+/* Whether the entry's users released it, told after every slot that holds
+ * it gave its count back: it is unlisted then, to be torn down by the
+ * caller. The lock is held. */
 static int span_registry_done(span_registry_entry_t *entry)
 {
-    span_registry_drain_mark(entry);
-    if ((entry->refcount > 0) || (entry->pins > 0)) {
+    span_registry_slot_t *slot;
+
+    ucs_list_for_each(slot, &span_registry_slots, list) {
+        if (entry->pins == 0) {
+            break;
+        }
+        if (slot->entry == entry) {
+            span_registry_slot_revoke(slot);
+        }
+    }
+    if (entry->refcount > 0) {
         return 0;
     }
     span_registry_unlist(entry);
     return 1;
 }
 
-/* The slot lets its entry go, which gets the slot's count; the entry where
- * that made it done, else NULL. The lock is held. */
-static span_registry_entry_t *
-span_registry_slot_drop(span_registry_slot_t *slot)
-{
-    span_registry_entry_t *entry = slot->entry;
-
-    if (entry == NULL) {
-        return NULL;
-    }
-    entry->refcount += slot->refs;
-    __atomic_add_fetch(&entry->stats->hits, slot->hits, __ATOMIC_RELAXED);
-    --entry->pins;
-    __atomic_store_n(&slot->entry, NULL, __ATOMIC_RELAXED);
-    slot->refs = 0;
-    slot->hits = 0;
-    return span_registry_done(entry) ? entry : NULL;
-}
-
-static void span_registry_teardown(span_registry_entry_t *entry)
-{
-    if (entry != NULL) {
-        entry->destroy(entry);
-    }
-}
-
 static void span_registry_slot_exit(void *arg)
 {
     span_registry_slot_t *slot = arg;
-    span_registry_entry_t *done;
 
     pthread_mutex_lock(&span_registry_lock);
-    done = span_registry_slot_drop(slot);
+    span_registry_slot_revoke(slot);
     if (slot->listed) {
         ucs_list_del(&slot->list);
     }
     pthread_mutex_unlock(&span_registry_lock);
-    span_registry_teardown(done);
     free(slot);
 }
 
@@ -270,17 +303,15 @@ static span_registry_slot_t *span_registry_slot_make(void)
     return slot;
 }
 
-/* The slot now holds the unit [start, end) of entry, with buffer id id;
- * the entry it held before where that is done. The lock is held. */
-static span_registry_entry_t *
-span_registry_slot_set(span_registry_slot_t *slot,
-                       span_registry_entry_t *entry, uint64_t id,
-                       uint64_t start, uint64_t end)
+/* The calling thread's slot now holds the unit [start, end) of entry,
+ * with buffer id id (the entry it held before still has users: its count
+ * of its own stays above zero). The lock is held. */
+static void span_registry_slot_set(span_registry_slot_t *slot,
+                                   span_registry_entry_t *entry, uint64_t id,
+                                   uint64_t start, uint64_t end)
 {
-    span_registry_entry_t *done = NULL;
-
     if (slot->entry != entry) {
-        done = span_registry_slot_drop(slot);
+        span_registry_slot_revoke(slot);
         ++entry->pins;
         __atomic_store_n(&slot->entry, entry, __ATOMIC_RELAXED);
     }
@@ -291,7 +322,6 @@ span_registry_slot_set(span_registry_slot_t *slot,
     slot->id    = id;
     slot->start = start;
     slot->end   = end;
-    return done;
 }
 
 /* The request lies in the unit the thread's slot holds: served there */
@@ -302,20 +332,20 @@ span_registry_slot_hit(span_registry_slot_t *slot, const void *owner,
 {
     span_registry_entry_t *entry;
 
-    if (slot == NULL) {
+    if ((slot == NULL) || (slot->id != id) || (start < slot->start) ||
+        (start >= slot->end) || (length > slot->end - start)) {
         return NULL;
     }
-    entry = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
-    if ((entry == NULL) || (slot->id != id) || (entry->owner != owner) ||
-        (start < slot->start) || (start >= slot->end) ||
-        (length > slot->end - start) || (entry->mem_type != mem_type) ||
-        !span_registry_allows(entry, caps) ||
-        !__atomic_load_n(&entry->valid, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&entry->draining, __ATOMIC_RELAXED)) {
-        return NULL;
+    entry = span_registry_slot_enter(slot);
+    if ((entry != NULL) && (entry->owner == owner) &&
+        (entry->mem_type == mem_type) && span_registry_allows(entry, caps) &&
+        __atomic_load_n(&entry->valid, __ATOMIC_RELAXED)) {
+        ++slot->refs;
+        ++slot->hits;
+    } else {
+        entry = NULL;
     }
-    ++slot->refs;
-    ++slot->hits;
+    span_registry_slot_leave(slot);
     return entry;
 }
 
@@ -365,7 +395,7 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
                                                  span_registry_check_func_t check)
 {
     span_registry_slot_t *slot = span_registry_slot_get();
-    span_registry_entry_t *entry, *found, *done = NULL;
+    span_registry_entry_t *entry, *found;
     uint64_t unit_start, unit_end;
     span_registry_unit_t *unit;
     uint32_t k;
@@ -392,21 +422,18 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
             continue;
         }
         ++entry->refcount;
-        span_registry_drain_mark(entry);
         __atomic_add_fetch(&entry->stats->hits, 1, __ATOMIC_RELAXED);
         found = entry;
         if (slot != NULL) {
-            done = span_registry_slot_set(slot, entry, id, unit_start,
-                                          unit_end);
+            span_registry_slot_set(slot, entry, id, unit_start, unit_end);
         }
         break;
     }
     if ((found == NULL) && (slot != NULL) && (slot->entry != NULL) &&
-        (!slot->entry->valid || slot->entry->draining)) {
-        done = span_registry_slot_drop(slot); /* of no use */
+        !slot->entry->valid) {
+        span_registry_slot_revoke(slot); /* of no use */
     }
     pthread_mutex_unlock(&span_registry_lock);
-    span_registry_teardown(done);
     return found;
 }
 
@@ -416,7 +443,6 @@ void span_registry_add(span_registry_entry_t *entry)
 
     entry->refcount = 1;
     entry->pins     = 0;
-    entry->draining = 0;
     entry->valid    = 1;
     pthread_mutex_lock(&span_registry_lock);
     ucs_list_add_tail(&span_registry_list, &entry->list);
@@ -437,53 +463,62 @@ void span_registry_add(span_registry_entry_t *entry)
     pthread_mutex_unlock(&span_registry_lock);
 }
 
+/* The calling thread gives back a reference its slot handed out, without
+ * the lock; 0 where the slot holds another entry or none of its references */
+static UCS_F_ALWAYS_INLINE int
+span_registry_slot_give_back(span_registry_slot_t *slot,
+                             span_registry_entry_t *entry)
+{
+    int given;
+
+    if (slot == NULL) {
+        return 0;
+    }
+    given = (span_registry_slot_enter(slot) == entry) && (slot->refs > 0);
+    if (given) {
+        --slot->refs; /* never the last: the entry's own count is above 0 */
+    }
+    span_registry_slot_leave(slot);
+    return given;
+}
+
 int span_registry_release(span_registry_entry_t *entry)
 {
-    span_registry_slot_t *slot = span_registry_slot_get();
     int done;
 
-    if ((slot != NULL) &&
-        (__atomic_load_n(&slot->entry, __ATOMIC_RELAXED) == entry) &&
-        (slot->refs > 0)) {
-        if ((--slot->refs > 0) ||
-            !__atomic_load_n(&entry->draining, __ATOMIC_RELAXED)) {
-            return 0;
-        }
-        pthread_mutex_lock(&span_registry_lock);
-        done = (span_registry_slot_drop(slot) == entry);
-        pthread_mutex_unlock(&span_registry_lock);
-        return done;
+    if (span_registry_slot_give_back(span_registry_slot_get(), entry)) {
+        return 0;
     }
-
     pthread_mutex_lock(&span_registry_lock);
-    --entry->refcount;
-    /* this thread's slot gives back what it handed out */
-    done = ((slot != NULL) && (slot->entry == entry)) ?
-           (span_registry_slot_drop(slot) == entry) :
-           span_registry_done(entry);
+    done = (--entry->refcount <= 0) && span_registry_done(entry);
     pthread_mutex_unlock(&span_registry_lock);
     return done;
 }
 
 void span_registry_purge(const void *owner)
 {
-    UCS_LIST_HEAD(done_list);
-    span_registry_entry_t *done, *tmp;
+    span_registry_entry_t *entry;
     span_registry_slot_t *slot;
+    unsigned held = 0;
 
     pthread_mutex_lock(&span_registry_lock);
     ucs_list_for_each(slot, &span_registry_slots, list) {
         if ((slot->entry != NULL) && (slot->entry->owner == owner)) {
-            done = span_registry_slot_drop(slot);
-            if (done != NULL) {
-                ucs_list_add_tail(&done_list, &done->list);
-            }
+            span_registry_slot_revoke(slot);
+        }
+    }
+    /* a new owner may come at this address: a leaked entry must not serve
+     * it */
+    ucs_list_for_each(entry, &span_registry_list, list) {
+        if (entry->owner == owner) {
+            __atomic_store_n(&entry->valid, 0, __ATOMIC_RELAXED);
+            ++held;
         }
     }
     pthread_mutex_unlock(&span_registry_lock);
-    ucs_list_for_each_safe(done, tmp, &done_list, list) {
-        ucs_list_del(&done->list);
-        done->destroy(done);
+    if (held > 0) {
+        ucs_warn("span: %u registrations of md %p were not released before "
+                 "it closed: they are never served again", held, owner);
     }
 }
 

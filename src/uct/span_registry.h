@@ -8,10 +8,13 @@
  *
  * Each thread keeps the unit of its last such hit in a slot of its own
  * (span_registry.c): the next request inside it is served, and a reference
- * the thread took there released, with no lock and no atomic
- * read-modify-write. A registration another thread's slot holds when its
- * users have released it is torn down when that thread next asks the
- * registry anything, exits, or the owner closes (span_registry_purge).
+ * the thread took there released, with no lock and no shared counter.
+ * Whatever slots hold it, an entry is torn down by the release of its last
+ * user, whichever thread's slot handed out the references, and by nothing
+ * else: by its owner's deregistration, before the owner closes. A slot lets
+ * its entry go, under a handshake with the slot's thread, whenever a
+ * release may be the last, and when the owner closes
+ * (span_registry_purge): no slot holds an entry of a closed owner.
  *
  * Invalidation only marks: the owners of a registration that went stale
  * keep their handle until they deregister it (their later use of it is
@@ -44,10 +47,6 @@ typedef struct span_registry_unit {
     uint64_t                   id;
 } span_registry_unit_t;
 
-/* Tears down an entry its users released (the owner's deregistration);
- * called without the registry's lock */
-typedef void (*span_registry_destroy_func_t)(struct span_registry_entry *entry);
-
 typedef struct span_registry_entry {
     ucs_list_link_t       list;        /* every entry, for wide events */
     ucs_hlist_link_t      by_start;    /* bucket of its start */
@@ -65,11 +64,10 @@ typedef struct span_registry_entry {
     span_registry_unit_t  *units;
     int64_t               refcount;  /* taken under the lock, less those
                                         released under it (threads' slots
-                                        count the rest: may be < 0) */
+                                        count the rest: > 0 while a slot
+                                        holds the entry) */
     unsigned              pins;      /* slots that hold the entry */
     int                   valid;
-    int                   draining;  /* released while slots held it */
-    span_registry_destroy_func_t destroy;
     span_registry_stats_t *stats;
 } span_registry_entry_t;
 
@@ -101,14 +99,15 @@ span_registry_entry_t *span_registry_find_within(const void *owner,
  * filled in) under their buffer ids */
 void span_registry_add(span_registry_entry_t *entry);
 
-/* Drops a reference; 1 when the caller tears the entry down (its last user
- * released it and no slot holds it: it is unlisted). Otherwise an entry
- * released by its last user is torn down through its destroy function by
- * the thread whose slot held it last. */
+/* Drops a reference, taken on any thread; 1 when it was the last one: the
+ * entry is unlisted, no slot holds it, and the caller tears it down */
 int span_registry_release(span_registry_entry_t *entry);
 
-/* Every slot that holds an entry of owner lets it go, and the entries
- * their users released are torn down (before the owner closes) */
+/* Before owner closes, its entries released (each one torn down by its
+ * last release already): every slot that holds an entry of owner lets it
+ * go, their hits are added to its stats, and an entry still held (a leak)
+ * is made stale with a warning, never served again (to a new owner at the
+ * same address either) */
 void span_registry_purge(const void *owner);
 
 /* Whether the entry's memory is still there as far as events told */

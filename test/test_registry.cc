@@ -30,6 +30,7 @@ extern "C" {
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -349,6 +350,8 @@ size_t guard_size;
 std::atomic<bool> guard_torn{false};
 std::atomic<int> guard_faults{0};
 std::atomic<int> guard_reads_after_teardown{0};
+std::atomic<bool> guard_let_go{false};
+double guard_hold = 0.1; /* seconds */
 
 double guard_now()
 {
@@ -373,7 +376,8 @@ void guard_fault(int sig, siginfo_t *info, void *context)
         return;
     }
     ++guard_faults;
-    for (end = guard_now() + 0.1; !guard_torn && (guard_now() < end);) {
+    for (end = guard_now() + guard_hold;
+         !guard_torn && !guard_let_go && (guard_now() < end);) {
         sched_yield();
     }
 }
@@ -426,6 +430,8 @@ struct md_reg {
         guard_torn                 = false;
         guard_faults               = 0;
         guard_reads_after_teardown = 0;
+        guard_let_go               = false;
+        guard_hold                 = 0.1;
         auto reg     = new (guard_page) md_reg(md, start, length, id);
         reg->guarded = true;
         return reg;
@@ -597,6 +603,70 @@ TEST_F(registry_owners, a_slot_hit_never_reads_a_torn_down_registration)
     EXPECT_FALSE(torn_after_close.load());
     md_release(&ry->entry);
     close(y);
+    munmap(guard_page, guard_size);
+}
+
+/* a process forks while thread a is inside its slot hit (its slot marked
+ * busy): in the child, where a is not, the release of the registration's
+ * last reference must not wait for a's slot */
+TEST_F(registry_owners, a_child_of_fork_never_waits_for_a_slot_of_its_parent)
+{
+    deadline bound(30, "registry_owners.a_child_of_fork_never_waits_for_a_"
+                       "slot_of_its_parent");
+    auto x     = new fake_md;
+    md_reg *rx = md_reg::guarded_new(x, base, 64 * MiB, 0xd0);
+    span_registry_entry_t *got = nullptr, *hit = nullptr;
+    struct sigaction action = {}, saved;
+    std::atomic<int> step{0};
+    int status        = -1;
+    double end;
+    pid_t pid;
+
+    ASSERT_NE(nullptr, rx) << strerror(errno);
+    action.sa_sigaction = guard_fault;
+    action.sa_flags     = SA_SIGINFO;
+    ASSERT_EQ(0, sigaction(SIGSEGV, &action, &saved));
+    guard_hold = 20;
+    std::thread a([&] {
+        got  = md_within(x, base + 4096, 0xd0); /* its slot takes it */
+        step = 1;
+        wait_for(step, 2);
+        hit = md_within(x, base + 8192, 0xd0); /* stops inside */
+    });
+    wait_for(step, 1);
+    mprotect(guard_page, guard_size, PROT_NONE);
+    step = 2;
+    while (guard_faults == 0) {
+        std::this_thread::yield();
+    }
+    pid = fork();
+    if (pid == 0) {
+        span_registry_release(got);
+        _exit(span_registry_release(&rx->entry) ? 0 : 3);
+    }
+    ASSERT_GT(pid, 0) << strerror(errno);
+    for (end = guard_now() + 5; guard_now() < end;) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            break;
+        }
+        usleep(10000);
+    }
+    if (status == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    guard_let_go = true;
+    a.join();
+    sigaction(SIGSEGV, &saved, NULL);
+    EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 0))
+            << "the child did not release the registration in 5 s (status "
+            << status << ")";
+    EXPECT_EQ(&rx->entry, hit);
+    for (auto entry : {got, hit, &rx->entry}) {
+        md_release(entry);
+    }
+    EXPECT_TRUE(guard_torn.load());
+    close(x);
     munmap(guard_page, guard_size);
 }
 

@@ -266,12 +266,35 @@ static void span_registry_slot_exit(void *arg)
     free(slot);
 }
 
+/* A child of fork has only the thread that forked: a slot that another
+ * thread had marked busy then stays busy, and a release would wait for it
+ * for ever. Where fork copied the lock held, the registry cannot be used
+ * in the child anyway (nor its lists read safely). */
+static void span_registry_fork_child(void)
+{
+    span_registry_slot_t *slot;
+
+    if (pthread_mutex_trylock(&span_registry_lock) != 0) {
+        return;
+    }
+    ucs_list_for_each(slot, &span_registry_slots, list) {
+        __atomic_store_n(&slot->busy, 0, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&span_registry_lock);
+}
+
 static void span_registry_slot_key_create(void)
 {
     if (pthread_key_create(&span_registry_slot_key,
                            span_registry_slot_exit) != 0) {
         ucs_warn("span: no thread key: requests inside registered device "
                  "units take the registry's lock");
+        return;
+    }
+    if (pthread_atfork(NULL, NULL, span_registry_fork_child) != 0) {
+        ucs_warn("span: no fork handler: requests inside registered device "
+                 "units take the registry's lock");
+        pthread_key_delete(span_registry_slot_key);
         return;
     }
     span_registry_slot_keyed = 1;

@@ -49,8 +49,17 @@ NEEDED_ALLOWED = {"libc.so.6", "libdl.so.2", "libpthread.so.0"}
 # of these libraries that define the functions there (_link_stand_ins).
 MOVED_TO_LIBC = {
     "libdl.so.2": ("dladdr", "dlclose", "dlerror", "dlopen", "dlsym"),
-    "libpthread.so.0": ("pthread_getspecific", "pthread_key_create",
-                        "pthread_once", "pthread_setspecific"),
+    "libpthread.so.0": ("pthread_create", "pthread_detach",
+                        "pthread_getspecific", "pthread_join",
+                        "pthread_key_create", "pthread_key_delete",
+                        "pthread_mutex_trylock", "pthread_mutexattr_destroy",
+                        "pthread_mutexattr_init", "pthread_mutexattr_settype",
+                        "pthread_once", "pthread_rwlock_destroy",
+                        "pthread_rwlock_init", "pthread_rwlock_rdlock",
+                        "pthread_rwlock_unlock", "pthread_rwlock_wrlock",
+                        "pthread_setspecific", "pthread_spin_destroy",
+                        "pthread_spin_init", "pthread_spin_lock",
+                        "pthread_spin_unlock"),
 }
 UCX_REQUIREMENT = "libucx-cu13==1.22.0"
 CUDA_REQUIREMENT = "nvidia-cuda-runtime==13.0.96"

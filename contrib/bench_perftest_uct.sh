@@ -8,7 +8,8 @@
 # TRANSPORTS: comma-separated native names (default cma,posix,sysv,self);
 # MEMTYPE: host (default) or cuda (ucx_perftest -m cuda, e.g. cuda_ipc).
 # Environment: SPAN_UCX_PREFIX (default .deps/ucx), UCX_MODULE_DIR,
-# SPAN_PERFTEST_BW_SIZE and _ITERS (bandwidth message size and count).
+# SPAN_PERFTEST_BW_SIZE and _ITERS (bandwidth message size and count),
+# SPAN_PERFTEST_DEV (the device, with MEMTYPE cuda; default cuda).
 # With SPAN_PERFTEST_CHECK=1 it runs each cell once, briefly, and exits
 # non-zero where any run fails (the perftest_uct test of make check).
 set -euo pipefail
@@ -42,8 +43,7 @@ memargs=()
 dev=memory
 if [ "$memtype" = cuda ]; then
     memargs=(-m cuda)
-    dev=$(UCX_TLS=cuda_ipc "$ucx/bin/ucx_info" -d 2>/dev/null |
-          awk '/Device:/ {print $3; exit}')
+    dev=${SPAN_PERFTEST_DEV:-cuda} # UCX names cuda_ipc's device so
 fi
 
 # one ucx_perftest at UCT level; prints the column of the result that

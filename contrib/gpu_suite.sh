@@ -166,9 +166,10 @@ done
 part U && {
 echo
 echo "## U. UCT-level ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, 16 MiB"
-SPAN_UCX_PREFIX=$gpu/ucx SPAN_PERFTEST_BW_SIZE=$((16 << 20)) \
-    SPAN_PERFTEST_BW_ITERS=500 "$top/contrib/bench_perftest_uct.sh" "$runs" \
-    cuda_ipc cuda
+# get zcopy on: cuda_ipc's default (auto) offers none on this platform
+UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y SPAN_UCX_PREFIX=$gpu/ucx \
+    SPAN_PERFTEST_BW_SIZE=$((16 << 20)) SPAN_PERFTEST_BW_ITERS=500 \
+    "$top/contrib/bench_perftest_uct.sh" "$runs" cuda_ipc cuda
 rc=$((rc | $?))
 }
 

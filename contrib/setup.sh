@@ -10,7 +10,7 @@ ucx_wheel_version=${SPAN_UCX_WHEEL_VERSION:-1.22.0}
 
 debian_pkgs=(autoconf automake libtool pkg-config make gcc g++ cmake
              libgtest-dev libibverbs-dev valgrind python3-pip python3-venv
-             unzip clang libclang-rt-14-dev)
+             unzip clang libclang-rt-14-dev libhsa-runtime-dev libamdhip64-dev)
 
 missing=()
 for p in "${debian_pkgs[@]}"; do

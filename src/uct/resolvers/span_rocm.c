@@ -1,0 +1,132 @@
+/*
+ * ROCm resolver.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_rocm.h"
+
+#include <ucs/debug/log_def.h>
+#include <inttypes.h>
+
+#if HAVE_ROCM
+#include "span_librocm.h"
+
+static ucs_status_t span_rocm_range(uint64_t addr, uint64_t *base_p,
+                                    uint64_t *size_p)
+{
+    hipDeviceptr_t base = NULL;
+    size_t size         = 0;
+    hipError_t err;
+
+    err = span_librocm.hipMemGetAddressRange(&base, &size,
+                                             (hipDeviceptr_t)addr);
+    if (err != hipSuccess) {
+        ucs_debug("span rocm: hipMemGetAddressRange(0x%" PRIx64 ") failed: %d",
+                  addr, err);
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *base_p = (uintptr_t)base;
+    *size_p = size;
+    return UCS_OK;
+}
+
+/* HIP writes 4 or 8 bytes of an id, by release: the rest stays 0 */
+static ucs_status_t span_rocm_buffer_id(uint64_t addr, uint64_t *id_p)
+{
+    uint64_t id = 0;
+    hipError_t err;
+
+    err = span_librocm.hipPointerGetAttribute(&id,
+                                              HIP_POINTER_ATTRIBUTE_BUFFER_ID,
+                                              (hipDeviceptr_t)addr);
+    if ((err != hipSuccess) || (id == 0)) {
+        ucs_debug("span rocm: no buffer id for 0x%" PRIx64 ": %d", addr, err);
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *id_p = id;
+    return UCS_OK;
+}
+
+/* Shareable as a POSIX fd: hipMemCreate handles of that type (PyTorch's
+ * expandable segments); hipMalloc memory is not */
+static ucs_status_t span_rocm_vmm_device(uint64_t addr, int *device_p)
+{
+    uint64_t types = 0;
+    int ordinal    = -1;
+
+    if ((span_librocm.hipPointerGetAttribute(
+                 &types, HIP_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                 (hipDeviceptr_t)addr) != hipSuccess) ||
+        !(types & hipMemHandleTypePosixFileDescriptor) ||
+        (span_librocm.hipPointerGetAttribute(
+                 &ordinal, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                 (hipDeviceptr_t)addr) != hipSuccess) ||
+        (ordinal < 0)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    *device_p = ordinal;
+    return UCS_OK;
+}
+
+static const span_cuda_ops_t span_rocm_driver_ops = {
+    .range      = span_rocm_range,
+    .buffer_id  = span_rocm_buffer_id,
+    .vmm_device = span_rocm_vmm_device
+};
+
+const span_cuda_ops_t *span_rocm_driver(void)
+{
+    return span_librocm_load(SPAN_LIBROCM_RESOLVER) ? &span_rocm_driver_ops :
+                                                      NULL;
+}
+
+ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
+{
+    hipMemGenericAllocationHandle_t handle;
+    hipError_t err;
+    int fd = -1;
+
+    if (!span_librocm_load(SPAN_LIBROCM_VMM) ||
+        (span_librocm.hipMemRetainAllocationHandle(&handle, (void*)base) !=
+         hipSuccess)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    /* the export is the check: no query of the handle's types first */
+    err = span_librocm.hipMemExportToShareableHandle(
+            &fd, handle, hipMemHandleTypePosixFileDescriptor, 0);
+    span_librocm.hipMemRelease(handle);
+    if ((err == hipErrorInvalidValue) || (err == hipErrorNotSupported)) {
+        ucs_debug("span rocm vmm: the allocation at 0x%" PRIx64 " cannot be "
+                  "shared as a POSIX fd: %d", base, err);
+        return UCS_ERR_UNSUPPORTED;
+    } else if ((err != hipSuccess) || (fd < 0)) {
+        ucs_error("span rocm vmm: cannot export the allocation at 0x%" PRIx64
+                  " as a POSIX fd: %d", base, err);
+        return UCS_ERR_IO_ERROR;
+    }
+    *fd_p = fd;
+    return UCS_OK;
+}
+
+const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops = {
+    .buffer_id = span_rocm_buffer_id,
+    .export_fd = span_rocm_vmm_export_fd
+};
+#else
+const span_cuda_ops_t *span_rocm_driver(void)
+{
+    return NULL; /* built without the ROCm headers */
+}
+
+ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops = {
+    .buffer_id = NULL,
+    .export_fd = span_rocm_vmm_export_fd
+};
+#endif

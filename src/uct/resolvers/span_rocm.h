@@ -1,0 +1,29 @@
+/*
+ * ROCm resolver: the physical units under a range of ROCm device memory, as
+ * the CUDA resolver finds them (span_cuda.h, whose walk, unit geometry and
+ * widening serve any device whose driver reports allocations one at a
+ * time): a hipMalloc or pool allocation is one unit, a VMM range
+ * (hipMemCreate + hipMemMap: PyTorch's expandable segments on ROCm) one
+ * unit per mapped handle, each as hipMemGetAddressRange reports it, and
+ * each known by its HIP buffer id. HIP and HSA are loaded at run time
+ * (span_librocm.h): without them the resolver is off.
+ */
+#ifndef SPAN_ROCM_H_
+#define SPAN_ROCM_H_
+
+#include "span_cuda.h"
+#include "span_cuda_vmm_export.h"
+
+/* The real runtime, or NULL where HIP cannot be loaded (or span was built
+ * without the ROCm headers) */
+const span_cuda_ops_t *span_rocm_driver(void);
+
+/* The driver calls of an export of a VMM unit (span_cuda_vmm_export.h) */
+extern const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops;
+
+/* The one driver round trip of an export: *fd_p, the caller's to close,
+ * shares the VMM handle mapped at base; UCS_ERR_UNSUPPORTED where that is
+ * not memory that can be shared as a POSIX fd */
+ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p);
+
+#endif

@@ -8,6 +8,10 @@
 #include <hip/hip_runtime_api.h>
 #include <hsa/hsa.h>
 
+extern "C" {
+#include "resolvers/span_rocm.h"
+}
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +171,66 @@ int child_vmm_rw(const std::vector<std::string> &args)
     return (hipMemAddressFree(va, n * unit) == hipSuccess) ? 0 : 15;
 }
 
+/* vmm_export N UNIT (test_rocm_child.h) */
+int child_vmm_export(const std::vector<std::string> &args)
+{
+    size_t n = std::stoul(args[0]), unit = std::stoul(args[1]);
+    std::vector<span_cuda_vmm_export_t*> exports(n);
+    std::vector<span_cuda_vmm_key_t> keys(n);
+    hipMemAllocationProp prop = {};
+    hipMemAccessDesc access   = {};
+    hipMemGenericAllocationHandle_t h;
+    char *base, cmd, answer;
+
+    prop.type                = hipMemAllocationTypePinned;
+    prop.location.type       = hipMemLocationTypeDevice;
+    prop.requestedHandleType = hipMemHandleTypePosixFileDescriptor;
+    if ((span_rocm_driver() == nullptr) ||
+        (hipMemAddressReserve((void**)&base, n * unit, 0, nullptr, 0) !=
+         hipSuccess)) {
+        return 10;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if ((hipMemCreate(&h, unit, &prop, 0) != hipSuccess) ||
+            (hipMemMap(base + i * unit, unit, 0, h, 0) != hipSuccess) ||
+            (hipMemRelease(h) != hipSuccess)) {
+            return 11;
+        }
+    }
+    access.location.type = hipMemLocationTypeDevice;
+    access.flags         = hipMemAccessFlagsProtReadWrite;
+    if (hipMemSetAccess(base, n * unit, &access, 1) != hipSuccess) {
+        return 12;
+    }
+    fill(base, n * unit, test_rocm_vmm_seed);
+    for (size_t i = 0; i < n; ++i) {
+        if (span_cuda_vmm_export_get(&span_rocm_vmm_export_ops,
+                                     (uintptr_t)base + i * unit, unit,
+                                     &keys[i], &exports[i]) != UCS_OK) {
+            return 13;
+        }
+    }
+    if ((write(1, keys.data(), n * sizeof(keys[0])) !=
+         (ssize_t)(n * sizeof(keys[0]))) ||
+        (write(1, &base, sizeof(base)) != sizeof(base))) {
+        return 14;
+    }
+    while (read(0, &cmd, 1) == 1) {
+        if (cmd == 'w') {
+            for (auto e : exports) {
+                span_cuda_vmm_export_put(e);
+            }
+            answer = 0;
+        } else {
+            answer = (mismatches(base, n * unit, test_rocm_vmm_put_seed) != 0);
+        }
+        if (write(1, &answer, 1) != 1) {
+            return 15;
+        }
+    }
+    return 0;
+}
+
 int child_main(int argc, char **argv)
 {
     std::vector<std::string> args(argv + 3, argv + argc);
@@ -181,6 +245,8 @@ int child_main(int argc, char **argv)
         return child_ipc_export(args);
     } else if (mode == "vmm_rw") {
         return child_vmm_rw(args);
+    } else if (mode == "vmm_export") {
+        return child_vmm_export(args);
     }
     fprintf(stderr, "rocm child: no mode '%s'\n", mode.c_str());
     return 2;
@@ -254,29 +320,68 @@ bool test_rocm_unhex(const std::string &hex, void *data, size_t size)
     return true;
 }
 
+int test_rocm_peer_start(test_rocm_peer_t *peer,
+                         const std::vector<std::string> &args)
+{
+    int to[2], from[2];
+
+    if (pipe2(to, O_CLOEXEC) != 0) {
+        return -1;
+    }
+    if (pipe2(from, O_CLOEXEC) != 0) {
+        close(to[0]);
+        close(to[1]);
+        return -1;
+    }
+    peer->pid = child_spawn(args, to[0], from[1]);
+    close(to[0]);
+    close(from[1]);
+    peer->to_child   = to[1];
+    peer->from_child = from[0];
+    return (peer->pid > 0) ? 0 : -1;
+}
+
+int test_rocm_peer_read(test_rocm_peer_t *peer, void *data, size_t size)
+{
+    size_t done = 0;
+    ssize_t n;
+
+    while (done < size) {
+        n = read(peer->from_child, (char*)data + done, size - done);
+        if (n <= 0) {
+            return -1;
+        }
+        done += n;
+    }
+    return 0;
+}
+
+int test_rocm_peer_write(test_rocm_peer_t *peer, const void *data,
+                         size_t size)
+{
+    return (write(peer->to_child, data, size) == (ssize_t)size) ? 0 : -1;
+}
+
+int test_rocm_peer_finish(test_rocm_peer_t *peer)
+{
+    close(peer->to_child);
+    close(peer->from_child);
+    return child_wait(peer->pid);
+}
+
 int test_rocm_exporter_start(test_rocm_exporter_t *exporter, size_t size,
                              hsa_amd_ipc_memory_t *handle)
 {
-    int to[2], from[2];
-    ssize_t n;
-
-    if ((pipe2(to, O_CLOEXEC) != 0) || (pipe2(from, O_CLOEXEC) != 0)) {
+    if (test_rocm_peer_start(exporter, {"ipc_export", std::to_string(size)}) !=
+        0) {
         return -1;
     }
-    exporter->pid = child_spawn({"ipc_export", std::to_string(size)}, to[0],
-                                from[1]);
-    close(to[0]);
-    close(from[1]);
-    exporter->to_child = to[1];
-    n = read(from[0], handle, sizeof(*handle));
-    close(from[0]);
-    return ((exporter->pid > 0) && (n == sizeof(*handle))) ? 0 : -1;
+    return test_rocm_peer_read(exporter, handle, sizeof(*handle));
 }
 
 int test_rocm_exporter_finish(test_rocm_exporter_t *exporter)
 {
-    close(exporter->to_child);
-    return child_wait(exporter->pid);
+    return test_rocm_peer_finish(exporter);
 }
 
 int main(int argc, char **argv)

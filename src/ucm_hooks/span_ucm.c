@@ -22,6 +22,11 @@ static void span_ucm_event(ucm_event_type_t event_type, ucm_event_t *event,
     if (event_type == UCM_EVENT_VM_UNMAPPED) {
         span_registry_invalidate((uintptr_t)event->vm_unmapped.address,
                                  event->vm_unmapped.size);
+        /* UCM reports no free of ROCm's VMM handles (its rocm hooks see
+         * hsa_amd_memory_pool_free only): their unmap, where the runtime
+         * unmaps the host's view too, is an unmapped range */
+        span_cuda_vmm_export_invalidate((uintptr_t)event->vm_unmapped.address,
+                                        event->vm_unmapped.size);
     } else if (event_type == UCM_EVENT_MEM_TYPE_FREE) {
         span_registry_invalidate((uintptr_t)event->mem_type.address,
                                  event->mem_type.size);

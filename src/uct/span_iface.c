@@ -13,6 +13,7 @@
 #include "span_md.h"
 #include "span_split.h"
 #include "resolvers/span_cuda_copy.h"
+#include "resolvers/span_rocm_copy.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ typedef struct span_iface {
     size_t             get_max_iov;
     span_split_queue_t queue;
     span_cuda_copy_t   *copy;     /* VMM copies: made on the first one */
+    span_rocm_copy_t   *rocm_copy; /* the same, of ROCm units */
 } span_iface_t;
 
 /*
@@ -445,6 +447,24 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
     return ucs_unlikely(ctx.status != UCS_OK) ? ctx.status : ret;
 }
 
+/* The same through ROCm's copy engine (span_rocm_copy.h) */
+static ucs_status_t
+span_ep_rocm_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
+                       size_t iovcnt, uint8_t *remote, const span_rkey_t *rkey,
+                       uct_completion_t *comp)
+{
+    ucs_status_t status;
+
+    if (siface->rocm_copy == NULL) {
+        status = span_rocm_copy_create(&siface->rocm_copy);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    return span_rocm_copy_post(siface->rocm_copy, rkey->vmm, is_put, iov,
+                               iovcnt, remote, comp);
+}
+
 /* Units span exported itself are mapped contiguously here: device copies,
  * completed from the iface's progress. An entry of count 0 moves nothing,
  * as in UCX's transports: the remote range was checked for length x count
@@ -458,6 +478,10 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
                                              (remote_addr - rkey->geom.base));
     ucs_status_t status;
 
+    if (rkey->vmm->rocm) {
+        return span_ep_rocm_vmm_zcopy(siface, is_put, iov, iovcnt, remote,
+                                      rkey, comp);
+    }
     if (siface->copy == NULL) {
         status = span_cuda_copy_create(&siface->copy);
         if (status != UCS_OK) {
@@ -587,6 +611,25 @@ static int span_iface_deferred(span_iface_t *siface, uct_ep_h ep)
     return span_split_queue_busy(&siface->queue, ep);
 }
 
+/* Whether the iface's VMM copy engine (CUDA's or ROCm's: a twin has one
+ * kind of device memory) has copies queued */
+static int span_iface_copy_busy(const span_iface_t *siface)
+{
+    return ((siface->copy != NULL) && span_cuda_copy_busy(siface->copy)) ||
+           ((siface->rocm_copy != NULL) &&
+            span_rocm_copy_busy(siface->rocm_copy));
+}
+
+static ucs_status_t span_iface_copy_flush(span_iface_t *siface,
+                                          uct_completion_t *comp)
+{
+    if (siface->rocm_copy != NULL) {
+        return span_rocm_copy_flush(siface->rocm_copy, comp);
+    }
+    return (siface->copy != NULL) ? span_cuda_copy_flush(siface->copy, comp) :
+                                    UCS_OK;
+}
+
 /* A flush of an ep whose iface has VMM copies queued: complete behind both
  * the inner transport's ops and the copies */
 static UCS_F_NOINLINE ucs_status_t
@@ -607,7 +650,7 @@ span_ep_flush_copies(span_iface_t *siface, uct_ep_h ep, unsigned flags,
             return status;
         }
     }
-    if (span_cuda_copy_flush(siface->copy, comp) == UCS_INPROGRESS) {
+    if (span_iface_copy_flush(siface, comp) == UCS_INPROGRESS) {
         return UCS_INPROGRESS;
     }
     if (status == UCS_INPROGRESS) {
@@ -626,8 +669,7 @@ static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
     } else if (span_iface_deferred(siface, ep)) {
         return UCS_ERR_NO_RESOURCE;
     }
-    if (ucs_unlikely((siface->copy != NULL) &&
-                     span_cuda_copy_busy(siface->copy))) {
+    if (ucs_unlikely(span_iface_copy_busy(siface))) {
         return span_ep_flush_copies(siface, ep, flags, comp);
     }
     return siface->ops.ep_flush(ep, flags, comp);
@@ -643,8 +685,8 @@ static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
         return UCS_ERR_NO_RESOURCE;
     }
     status = siface->ops.iface_flush(iface, flags, comp);
-    if ((status == UCS_OK) && (siface->copy != NULL)) {
-        return span_cuda_copy_flush(siface->copy, comp);
+    if (status == UCS_OK) {
+        return span_iface_copy_flush(siface, comp);
     }
     return status;
 }
@@ -657,6 +699,9 @@ static unsigned span_iface_progress(uct_iface_h iface)
 
     if (siface->copy != NULL) {
         count += span_cuda_copy_progress(siface->copy);
+    }
+    if (siface->rocm_copy != NULL) {
+        count += span_rocm_copy_progress(siface->rocm_copy);
     }
     return count;
 }
@@ -792,6 +837,9 @@ static void span_iface_close(uct_iface_h iface)
     if (siface->copy != NULL) {
         span_cuda_copy_destroy(siface->copy);
     }
+    if (siface->rocm_copy != NULL) {
+        span_rocm_copy_destroy(siface->rocm_copy);
+    }
     ((span_ucx_base_iface_t*)iface)->internal_ops = siface->inner_internal_ops;
     free(siface);
     inner_close(iface);
@@ -853,6 +901,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
     siface->copy        = NULL;
+    siface->rocm_copy   = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_insert(iface, siface);
     if (status != UCS_OK) {

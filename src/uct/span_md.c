@@ -6,6 +6,7 @@
 #include "span_md.h"
 #include "span_md_pack.h"
 #include "span_md_reg.h"
+#include "span_md_rocm.h"
 #include "span_component.h"
 #include "resolvers/span_cuda_vmm_cache.h"
 #include "resolvers/span_verbs.h"
@@ -93,7 +94,7 @@ ucs_config_field_t span_md_config_table[] = {
 static int span_md_resolves(const span_md_t *smd)
 {
     return (smd->cuda != NULL) &&
-           (span_md_reg_mem_types(smd) & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+           (span_md_reg_mem_types(smd) & UCS_BIT(smd->dev_mem_type));
 }
 
 static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
@@ -428,10 +429,12 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
             ucs_diag("span: md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
         } else {
+            smd->dev_mem_type             = UCS_MEMORY_TYPE_CUDA;
             smd->vmm_export_ops.buffer_id = smd->cuda->buffer_id;
             smd->vmm_export_ops.export_fd = span_cuda_vmm_export_fd;
         }
     }
+    span_md_rocm_init(smd, md_name);
 
     smd->rkey_packed_size = span_md_rkey_packed_size(smd);
     status = span_rkey_size_add(smd->inner_id,

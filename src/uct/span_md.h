@@ -45,6 +45,8 @@ typedef struct span_md {
     int              share;            /* memory events seen: registrations
                                           of a range are shared */
     const span_cuda_ops_t *cuda;       /* resolves device memory, or NULL */
+    ucs_memory_type_t dev_mem_type;    /* the memory it resolves: CUDA, or
+                                          ROCM (span_md_rocm.h) */
     span_cuda_vmm_export_ops_t vmm_export_ops; /* where cuda is set */
     span_cuda_widen_limits_t widen;    /* max_bytes 0: registrations of one
                                           VMM handle are not widened */

@@ -110,9 +110,10 @@ static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
             return status;
         }
     }
-    ucs_debug("span md %p: cuda_ipc cannot export the %u VMM units of [0x%"
-              PRIx64 ", +%" PRIu64 "): span exports them", smd, n,
-              memh->geom.base, memh->geom.length);
+    ucs_debug("span md %p: %s cannot export the %u VMM units of [0x%"
+              PRIx64 ", +%" PRIu64 "): span exports them", smd,
+              smd->inner_component->name, n, memh->geom.base,
+              memh->geom.length);
     *keys_p = keys;
     return UCS_OK;
 }
@@ -203,6 +204,27 @@ ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
     memh->rkey_size = rkey_size;
 out:
     free(keys);
+    return status;
+}
+
+/* The span rkey of units the inner MD registers none of, which span
+ * exports itself (span_md_rocm_exports) */
+ucs_status_t span_memh_seal_exported(span_md_t *smd, span_memh_t *memh)
+{
+    span_rkey_desc_t desc = {.component_id = smd->inner_id,
+                             .geom         = memh->geom};
+    ucs_status_t status;
+    size_t rkey_size;
+
+    status = span_md_vmm_pack(smd, memh, &desc, &rkey_size);
+    if (status == UCS_OK) {
+        memh->rkey_size = rkey_size;
+    } else if (status == UCS_ERR_UNSUPPORTED) {
+        ucs_error("span md %p: the VMM units of [0x%" PRIx64 ", +%" PRIu64
+                  ") cannot be exported, and %s registers no VMM memory", smd,
+                  memh->geom.base, memh->geom.length,
+                  smd->inner_component->name);
+    }
     return status;
 }
 

@@ -13,6 +13,10 @@
 ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
                             ucs_memory_type_t mtype);
 
+/* The span rkey of VMM units the inner MD registers none of, exported by
+ * span itself (rocm_ipc+: span_md_rocm.h) */
+ucs_status_t span_memh_seal_exported(span_md_t *smd, span_memh_t *memh);
+
 /* Withdraws what a sealed handle published beside its key: the spilled
  * keys and the exported units */
 void span_memh_unpublish(span_memh_t *memh);

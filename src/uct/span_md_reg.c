@@ -5,6 +5,7 @@
  */
 #include "span_md_reg.h"
 #include "span_md_pack.h"
+#include "span_md_rocm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -123,7 +124,8 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
     span_cuda_extent_t cuda;
     ucs_status_t status;
 
-    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL)) {
+    if ((mtype != smd->dev_mem_type) || (smd->cuda == NULL) ||
+        span_md_rocm_unknown(smd, mtype, address)) {
         ext->base        = (uintptr_t)address;
         ext->length      = length;
         ext->unit_origin = 0;
@@ -239,7 +241,7 @@ static span_memh_t *span_md_registry_find_within(span_md_t *smd,
     span_registry_entry_t *entry;
     uint64_t id;
 
-    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
+    if ((mtype != smd->dev_mem_type) || (smd->cuda == NULL) ||
         (smd->cuda->buffer_id((uintptr_t)address, &id) != UCS_OK)) {
         return NULL;
     }
@@ -314,6 +316,7 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
     span_chunk_geom_t geom;
     span_memh_t *memh;
     ucs_status_t status;
+    int self_export;
     uint32_t i = 0;
 
     if (params->field_mask & UCT_MD_MEM_REG_FIELD_MEM_TYPE) {
@@ -350,8 +353,9 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return status;
     }
 
-    memh = span_memh_alloc(span_md_inner_registers(smd, mtype) ?
-                           geom.num_chunks : 0);
+    self_export = span_md_rocm_exports(smd, mtype, &geom);
+    memh        = span_memh_alloc((span_md_inner_registers(smd, mtype) &&
+                                   !self_export) ? geom.num_chunks : 0);
     if (memh == NULL) {
         ucs_error("span md %p: no memory for a handle of %u chunks", md,
                   geom.num_chunks);
@@ -366,7 +370,8 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         }
     }
 
-    status = span_memh_seal(smd, memh, mtype);
+    status = self_export ? span_memh_seal_exported(smd, memh) :
+                           span_memh_seal(smd, memh, mtype);
     if (status != UCS_OK) {
         goto err_dereg;
     }

@@ -6,8 +6,11 @@
 #include "span_component.h"
 #include "span_spill.h"
 #include "resolvers/span_cuda_vmm_cache.h"
+#include "resolvers/span_rocm_vmm.h"
+#include "span_md_rocm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
                             size_t length, uint64_t avail)
@@ -69,11 +72,16 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
 }
 
 /* Maps the units span exported (span_cuda_vmm.h) as the rkey's access
- * path, or shares the mapping another rkey of them made */
+ * path, or shares the mapping another rkey of them made; the units of a
+ * ROCm twin are HIP's to map (span_rocm_vmm.h) */
 static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
                                       const span_rkey_desc_t *desc,
-                                      const uint8_t *keys)
+                                      uint8_t *keys)
 {
+    if (!strcmp(rkey->inner_component->name, SPAN_ROCM_IPC_COMPONENT)) {
+        span_rocm_vmm_keys_mark((span_cuda_vmm_key_t*)keys,
+                                desc->geom.num_chunks);
+    }
     return span_cuda_vmm_cache_get((const span_cuda_vmm_key_t*)keys,
                                    &desc->geom, &rkey->vmm);
 }

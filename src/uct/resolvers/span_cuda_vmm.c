@@ -7,6 +7,7 @@
 
 #include "span_cuda_vmm.h"
 #include "span_cuda_vmm_export.h"
+#include "span_rocm_vmm.h"
 #include "span_spill.h"
 
 #include <ucs/debug/log_def.h>
@@ -222,6 +223,10 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
     ucs_status_t status;
     int pushed;
 
+    if (keys[0].magic == SPAN_ROCM_VMM_MAGIC) {
+        return span_rocm_vmm_import(keys, geom, map);
+    }
+    map->rocm   = 0;
     map->device = 0;
     if (!span_cuda_vmm_ready() ||
         (span_cuda_vmm_ctx_enter(&map->device, &pushed) != UCS_OK)) {
@@ -249,6 +254,10 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
 
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
 {
+    if (map->rocm) {
+        span_rocm_vmm_unmap(map);
+        return;
+    }
     span_libcuda.cuMemUnmap(map->base, map->length);
     span_libcuda.cuMemAddressFree(map->base, map->length);
 }
@@ -263,6 +272,9 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
                                   span_cuda_vmm_map_t *map)
 {
+    if (keys[0].magic == SPAN_ROCM_VMM_MAGIC) {
+        return span_rocm_vmm_import(keys, geom, map);
+    }
     ucs_error("span: built without CUDA: cannot map %u device units",
               geom->num_chunks);
     return UCS_ERR_UNREACHABLE;
@@ -270,5 +282,8 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
 
 void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
 {
+    if (map->rocm) {
+        span_rocm_vmm_unmap(map);
+    }
 }
 #endif

@@ -70,10 +70,12 @@ typedef struct span_cuda_vmm_map {
     uint32_t pid;      /* the exporter, */
     uint64_t pid_ns;
     uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
+    int      rocm;     /* mapped by HIP (span_rocm_vmm.h) */
 } span_cuda_vmm_map_t;
 
 /* Maps the geometry's units from their keys, contiguous. Through the
- * import cache (span_cuda_vmm_cache.h). */
+ * import cache (span_cuda_vmm_cache.h). Keys of ROCm units go to
+ * span_rocm_vmm.h. */
 ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
                                   span_cuda_vmm_map_t *map);

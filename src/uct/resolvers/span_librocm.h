@@ -35,7 +35,9 @@
     _call(hipMemMap, HIP, SPAN_LIBROCM_VMM) \
     _call(hipMemUnmap, HIP, SPAN_LIBROCM_VMM) \
     _call(hipMemSetAccess, HIP, SPAN_LIBROCM_VMM) \
+    _call(hipGetDevice, HIP, SPAN_LIBROCM_VMM) \
     _call(hsa_init, HSA, SPAN_LIBROCM_COPY) \
+    _call(hsa_shut_down, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_iterate_agents, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_agent_get_info, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_amd_pointer_info, HSA, SPAN_LIBROCM_COPY) \
@@ -44,6 +46,7 @@
     _call(hsa_signal_destroy, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_load_scacquire, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_store_screlease, HSA, SPAN_LIBROCM_COPY) \
+    _call(hsa_signal_subtract_screlease, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_wait_scacquire, HSA, SPAN_LIBROCM_COPY)
 
 #define SPAN_LIBROCM_MEMBER(_name, _lib, _users) typeof(_name) *_name;

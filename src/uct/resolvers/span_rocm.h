@@ -18,7 +18,8 @@
  * without the ROCm headers) */
 const span_cuda_ops_t *span_rocm_driver(void);
 
-/* The driver calls of an export of a VMM unit (span_cuda_vmm_export.h) */
+/* The driver calls of an export of a VMM unit (span_cuda_vmm_export.h);
+ * valid once span_rocm_driver() returned the driver */
 extern const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops;
 
 /* The one driver round trip of an export: *fd_p, the caller's to close,

@@ -1,0 +1,306 @@
+/*
+ * Asynchronous copies through span's ROCm VMM mappings.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_rocm_copy.h"
+#include "span_rocm_vmm.h"
+#include "span_completion.h"
+
+#include <ucs/datastruct/list.h>
+#include <ucs/debug/log_def.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#if HAVE_ROCM
+#include "span_librocm.h"
+
+/* The copies of one op, counted down by one signal */
+typedef struct span_rocm_copy_desc {
+    ucs_list_link_t   list;
+    hsa_signal_t      signal;
+    uint64_t          seq;
+    uct_completion_t *comp;
+} span_rocm_copy_desc_t;
+
+/* A flush that waits for the ops queued before it */
+typedef struct span_rocm_copy_flush {
+    ucs_list_link_t   list;
+    uint64_t          seq;
+    uct_completion_t *comp;
+} span_rocm_copy_flush_t;
+
+struct span_rocm_copy {
+    ucs_list_link_t active;  /* in the order queued */
+    ucs_list_link_t flushes; /* in the order of their seq */
+    ucs_list_link_t pool;    /* descriptors whose signals are idle */
+    uint64_t        posted;  /* seq of the last op queued */
+    uint64_t        done;    /* seq of the last op completed */
+};
+
+ucs_status_t span_rocm_copy_create(span_rocm_copy_t **copy_p)
+{
+    span_rocm_copy_t *copy;
+
+    if (!span_librocm_load(SPAN_LIBROCM_COPY | SPAN_LIBROCM_VMM)) {
+        ucs_error("span rocm copy: no HSA runtime to copy with");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    copy = calloc(1, sizeof(*copy));
+    if (copy == NULL) {
+        ucs_error("span rocm copy: no memory for a copy engine");
+        return UCS_ERR_NO_MEMORY;
+    }
+    /* reference counted by the runtime: UCX's rocm module holds it too */
+    if (span_librocm.hsa_init() != HSA_STATUS_SUCCESS) {
+        ucs_error("span rocm copy: hsa_init failed");
+        free(copy);
+        return UCS_ERR_NO_DEVICE;
+    }
+    ucs_list_head_init(&copy->active);
+    ucs_list_head_init(&copy->flushes);
+    ucs_list_head_init(&copy->pool);
+    *copy_p = copy;
+    return UCS_OK;
+}
+
+static span_rocm_copy_desc_t *span_rocm_copy_desc_get(span_rocm_copy_t *copy)
+{
+    span_rocm_copy_desc_t *desc;
+
+    if (!ucs_list_is_empty(&copy->pool)) {
+        return ucs_list_extract_head(&copy->pool, span_rocm_copy_desc_t, list);
+    }
+    desc = malloc(sizeof(*desc));
+    if (desc == NULL) {
+        ucs_error("span rocm copy: no memory for a signal descriptor");
+        return NULL;
+    }
+    if (span_librocm.hsa_signal_create(0, 0, NULL, &desc->signal) !=
+        HSA_STATUS_SUCCESS) {
+        ucs_error("span rocm copy: cannot create a signal");
+        free(desc);
+        return NULL;
+    }
+    return desc;
+}
+
+/* The agent and device of a local buffer: device memory only, which the
+ * twin MD registered (rocm_ipc+ registers nothing else) */
+static ucs_status_t span_rocm_copy_local(const void *local, hsa_agent_t *agent_p,
+                                         int *device_p)
+{
+    hsa_amd_pointer_info_t info = {.size = sizeof(info)};
+
+    if ((span_librocm.hsa_amd_pointer_info(local, &info, NULL, NULL, NULL) !=
+         HSA_STATUS_SUCCESS) ||
+        (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) ||
+        (info.agentOwner.handle == 0) ||
+        (span_librocm.hipPointerGetAttribute(
+                 device_p, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                 (hipDeviceptr_t)local) != hipSuccess)) {
+        ucs_error("span rocm copy: the local buffer %p is not ROCm device "
+                  "memory", local);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    *agent_p = info.agentOwner;
+    return UCS_OK;
+}
+
+/* Queues the element copies on the op's signal, set to their number; where
+ * one is refused, the signal is brought down by those never queued */
+static ucs_status_t span_rocm_copy_issue(span_rocm_copy_desc_t *desc,
+                                         hsa_agent_t agent, int is_put,
+                                         const uct_iov_t *iov, size_t iovcnt,
+                                         uint8_t *remote, size_t copies)
+{
+    hsa_status_t res = HSA_STATUS_SUCCESS;
+    size_t i, j, queued = 0;
+    uint8_t *local;
+
+    span_librocm.hsa_signal_store_screlease(desc->signal, copies);
+    for (i = 0; (i < iovcnt) && (res == HSA_STATUS_SUCCESS); ++i) {
+        for (j = 0; (j < iov[i].count) && (res == HSA_STATUS_SUCCESS); ++j) {
+            if (iov[i].length == 0) {
+                continue;
+            }
+            local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
+            res   = span_librocm.hsa_amd_memory_async_copy(
+                    is_put ? remote : local, agent, is_put ? local : remote,
+                    agent, iov[i].length, 0, NULL, desc->signal);
+            queued += (res == HSA_STATUS_SUCCESS);
+            remote += iov[i].length;
+        }
+    }
+    if (res == HSA_STATUS_SUCCESS) {
+        return UCS_INPROGRESS;
+    }
+    ucs_error("span rocm copy: %s of %zu bytes at %p failed: 0x%x",
+              is_put ? "put" : "get", iov[i - 1].length, iov[i - 1].buffer,
+              res);
+    span_librocm.hsa_signal_subtract_screlease(desc->signal, copies - queued);
+    return UCS_ERR_IO_ERROR;
+}
+
+ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
+                                 span_cuda_vmm_map_t *map, int is_put,
+                                 const uct_iov_t *iov, size_t iovcnt,
+                                 uint8_t *remote, uct_completion_t *comp)
+{
+    span_rocm_copy_desc_t *desc;
+    size_t i, copies = 0;
+    ucs_status_t status;
+    hsa_agent_t agent;
+    int device;
+
+    for (i = 0; i < iovcnt; ++i) {
+        copies += (iov[i].length > 0) ? iov[i].count : 0;
+    }
+    if (copies == 0) {
+        return UCS_OK;
+    }
+    status = span_rocm_copy_local(iov[0].buffer, &agent, &device);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = span_rocm_vmm_access(map, device);
+    if (status != UCS_OK) {
+        return status;
+    }
+    desc = span_rocm_copy_desc_get(copy);
+    if (desc == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = span_rocm_copy_issue(desc, agent, is_put, iov, iovcnt, remote,
+                                  copies);
+    /* the copies queued before a refused one are tracked, their op not */
+    desc->comp = (status == UCS_INPROGRESS) ? comp : NULL;
+    desc->seq  = ++copy->posted;
+    ucs_list_add_tail(&copy->active, &desc->list);
+    return status;
+}
+
+unsigned span_rocm_copy_progress(span_rocm_copy_t *copy)
+{
+    span_rocm_copy_desc_t *desc;
+    span_rocm_copy_flush_t *flush;
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&copy->active)) {
+        desc = ucs_list_head(&copy->active, span_rocm_copy_desc_t, list);
+        if (span_librocm.hsa_signal_load_scacquire(desc->signal) > 0) {
+            break;
+        }
+        ucs_list_del(&desc->list);
+        copy->done = desc->seq;
+        ucs_list_add_tail(&copy->pool, &desc->list);
+        if (desc->comp != NULL) {
+            span_completion_invoke(desc->comp, UCS_OK);
+        }
+        ++count;
+    }
+    while (!ucs_list_is_empty(&copy->flushes)) {
+        flush = ucs_list_head(&copy->flushes, span_rocm_copy_flush_t, list);
+        if (flush->seq > copy->done) {
+            break;
+        }
+        ucs_list_del(&flush->list);
+        span_completion_invoke(flush->comp, UCS_OK);
+        free(flush);
+    }
+    return count;
+}
+
+int span_rocm_copy_busy(const span_rocm_copy_t *copy)
+{
+    return copy->posted != copy->done;
+}
+
+/* Waits for every queued copy and completes the ops */
+static void span_rocm_copy_drain(span_rocm_copy_t *copy)
+{
+    span_rocm_copy_desc_t *desc;
+
+    ucs_list_for_each(desc, &copy->active, list) {
+        while (span_librocm.hsa_signal_wait_scacquire(
+                       desc->signal, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX,
+                       HSA_WAIT_STATE_BLOCKED) > 0) {
+        }
+    }
+    span_rocm_copy_progress(copy);
+}
+
+ucs_status_t span_rocm_copy_flush(span_rocm_copy_t *copy,
+                                  uct_completion_t *comp)
+{
+    span_rocm_copy_flush_t *flush;
+
+    if (!span_rocm_copy_busy(copy)) {
+        return UCS_OK;
+    }
+    if (comp == NULL) {
+        return UCS_INPROGRESS;
+    }
+    flush = malloc(sizeof(*flush));
+    if (flush == NULL) {
+        /* a flush cannot fail half-way through: wait here instead */
+        ucs_warn("span rocm copy: no memory to track a flush; waiting for "
+                 "%" PRIu64 " ops", copy->posted - copy->done);
+        span_rocm_copy_drain(copy);
+        return UCS_OK;
+    }
+    flush->seq  = copy->posted;
+    flush->comp = comp;
+    ucs_list_add_tail(&copy->flushes, &flush->list);
+    return UCS_INPROGRESS;
+}
+
+void span_rocm_copy_destroy(span_rocm_copy_t *copy)
+{
+    span_rocm_copy_desc_t *desc;
+
+    span_rocm_copy_drain(copy);
+    while (!ucs_list_is_empty(&copy->pool)) {
+        desc = ucs_list_extract_head(&copy->pool, span_rocm_copy_desc_t, list);
+        span_librocm.hsa_signal_destroy(desc->signal);
+        free(desc);
+    }
+    span_librocm.hsa_shut_down();
+    free(copy);
+}
+#else
+ucs_status_t span_rocm_copy_create(span_rocm_copy_t **copy_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+void span_rocm_copy_destroy(span_rocm_copy_t *copy)
+{
+}
+
+ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
+                                 span_cuda_vmm_map_t *map, int is_put,
+                                 const uct_iov_t *iov, size_t iovcnt,
+                                 uint8_t *remote, uct_completion_t *comp)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+unsigned span_rocm_copy_progress(span_rocm_copy_t *copy)
+{
+    return 0;
+}
+
+int span_rocm_copy_busy(const span_rocm_copy_t *copy)
+{
+    return 0;
+}
+
+ucs_status_t span_rocm_copy_flush(span_rocm_copy_t *copy,
+                                  uct_completion_t *comp)
+{
+    return UCS_OK;
+}
+#endif

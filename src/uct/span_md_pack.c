@@ -293,6 +293,39 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
     return status;
 }
 
+/*
+ * A registration of device memory covers whole units (span_md_extent), and
+ * every buffer inside them shares it; UCP packs a key per memh of its own,
+ * for the range it registered. Where the registration is one chunk of
+ * inner keys, the key names that range alone: the inner key names the unit
+ * whatever extent the span rkey declares, and an access past what the user
+ * registered is refused, not served from the rest of the allocation. Keys
+ * of several chunks, spilled, or of span's VMM units (whose geometry is
+ * the units') cover the units. 1 where packed.
+ */
+static int span_md_pack_window(span_md_t *smd, const span_memh_t *smem,
+                               void *address, size_t length, void *buffer)
+{
+    uint64_t start = (uintptr_t)address;
+    span_rkey_desc_t desc;
+    size_t size;
+
+    if ((smem->geom.num_chunks != 1) || smem->spilled ||
+        (smem->vmm_exports != NULL) || (smem->entry.identity == 0) ||
+        (address == NULL) || (length == 0) || (length == SIZE_MAX) ||
+        (start < smem->geom.base) ||
+        (length > smem->geom.length - (start - smem->geom.base)) ||
+        ((start == smem->geom.base) && (length == smem->geom.length)) ||
+        (span_rkey_parse(smem->rkey, smem->rkey_size, &desc) != UCS_OK) ||
+        (desc.key_size == 0) || desc.span_vmm ||
+        (span_chunk_plan(&desc.geom, start, length, 0, 0, 0) != UCS_OK) ||
+        (span_rkey_pack(buffer, &desc, desc.key0, &size) != UCS_OK)) {
+        return 0;
+    }
+    memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0, smd->rkey_packed_size - size);
+    return 1;
+}
+
 ucs_status_t
 span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   const uct_md_mkey_pack_params_t *params, void *buffer)
@@ -322,6 +355,9 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   PRIu64 ") was unmapped since: no key is packed for it", md,
                   smem->geom.base, smem->geom.length);
         return UCS_ERR_INVALID_ADDR;
+    }
+    if (span_md_pack_window(smd, smem, address, length, buffer)) {
+        return UCS_OK;
     }
     /* UCP sends all of rkey_packed_size, from a buffer it does not clear */
     memcpy(buffer, smem->rkey, smem->rkey_size);

@@ -34,7 +34,8 @@ TEST(md_inner, an_md_object_of_a_library_keeps_its_ops)
     const uct_md_ops_t *orig = nullptr;
     span_md_inner_t *wrap    = nullptr;
 
-    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_md_inner_wrap(&static_md, &wrap, &orig));
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              span_md_inner_wrap(&static_md, &wrap, &orig));
     EXPECT_EQ(&test_ops, static_md.ops);
     EXPECT_EQ(nullptr, wrap);
 }

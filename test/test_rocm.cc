@@ -33,7 +33,8 @@ struct vmm_range {
     uint64_t size  = 0;
 
     void map(const std::vector<uint64_t> &sizes,
-             hipMemAllocationHandleType type = hipMemHandleTypePosixFileDescriptor,
+             hipMemAllocationHandleType type =
+                     hipMemHandleTypePosixFileDescriptor,
              int device = 0)
     {
         hipMemAllocationProp prop = {};
@@ -74,10 +75,12 @@ struct vmm_range {
         ASSERT_EQ(hipSuccess, hipMemUnmap(base + i * unit, unit));
         ASSERT_EQ(hipSuccess, hipMemRelease(handles[i]));
         ASSERT_EQ(hipSuccess, hipMemCreate(&handles[i], unit, &prop, 0));
-        ASSERT_EQ(hipSuccess, hipMemMap(base + i * unit, unit, 0, handles[i], 0));
+        ASSERT_EQ(hipSuccess,
+                  hipMemMap(base + i * unit, unit, 0, handles[i], 0));
         access.location.type = hipMemLocationTypeDevice;
         access.flags         = hipMemAccessFlagsProtReadWrite;
-        ASSERT_EQ(hipSuccess, hipMemSetAccess(base + i * unit, unit, &access, 1));
+        ASSERT_EQ(hipSuccess,
+                  hipMemSetAccess(base + i * unit, unit, &access, 1));
     }
 
     ~vmm_range()
@@ -151,8 +154,9 @@ TEST_F(rocm_resolver, host_memory_is_not_resolved)
     std::vector<char> host(64 * KiB);
     span_cuda_extent_t extent;
 
-    EXPECT_EQ(UCS_ERR_INVALID_ADDR, span_cuda_resolve(ops, (uintptr_t)host.data(),
-                                                      host.size(), &extent));
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+              span_cuda_resolve(ops, (uintptr_t)host.data(), host.size(),
+                                &extent));
 }
 
 TEST_F(rocm_resolver, vmm_units_of_one_size)
@@ -162,14 +166,16 @@ TEST_F(rocm_resolver, vmm_units_of_one_size)
     int device = -1;
 
     ASSERT_NO_FATAL_FAILURE(r.map(std::vector<uint64_t>(16, 256 * KiB)));
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
+    ASSERT_EQ(UCS_OK,
+              span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
     EXPECT_EQ((uintptr_t)r.base, extent.base);
     EXPECT_EQ(r.size, extent.length);
     EXPECT_EQ(16u, extent.num_units);
     EXPECT_EQ(256 * KiB, extent.unit_size);
 
     /* an odd interior range over units 3 to 5: those units, whole */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base + 3 * 256 * KiB + 7,
+    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops,
+                                        (uintptr_t)r.base + 3 * 256 * KiB + 7,
                                         2 * 256 * KiB, &extent));
     EXPECT_EQ((uintptr_t)r.base + 3 * 256 * KiB, extent.base);
     EXPECT_EQ(3u, extent.num_units);
@@ -207,7 +213,8 @@ TEST_F(rocm_resolver, vmm_handles_not_made_for_posix_fds)
     ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base, 1 * MiB,
                                         &extent));
     EXPECT_EQ(0u, span_cuda_widen(ops, &extent, &limits)) << "not exported";
-    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_rocm_vmm_export_fd((uintptr_t)r.base, &fd));
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              span_rocm_vmm_export_fd((uintptr_t)r.base, &fd));
 }
 
 TEST_F(rocm_resolver, allocations_of_several_sizes)
@@ -236,19 +243,20 @@ TEST_F(rocm_resolver, runtime_failures)
 
     ASSERT_EQ(hipSuccess, hipMalloc((void**)&a, 1 * MiB));
     ASSERT_EQ(0, hsa_emu_fail("hipPointerGetAttribute"));
-    EXPECT_EQ(UCS_ERR_INVALID_ADDR, span_cuda_resolve(ops, (uintptr_t)a, 1 * MiB,
-                                                      &extent))
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+              span_cuda_resolve(ops, (uintptr_t)a, 1 * MiB, &extent))
             << "no buffer id: not resolved";
     ASSERT_EQ(0, hsa_emu_fail("hipMemGetAddressRange"));
-    EXPECT_EQ(UCS_ERR_INVALID_ADDR, span_cuda_resolve(ops, (uintptr_t)a, 1 * MiB,
-                                                      &extent));
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+              span_cuda_resolve(ops, (uintptr_t)a, 1 * MiB, &extent));
     ASSERT_EQ(0, hsa_emu_fail(nullptr));
     EXPECT_EQ(hipSuccess, hipFree(a));
 
     /* the runtime stops answering at the third unit: the units found */
     ASSERT_NO_FATAL_FAILURE(r.map(std::vector<uint64_t>(4, 64 * KiB)));
     ASSERT_EQ(0, hsa_emu_fail("hipMemGetAddressRange@3+"));
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
+    ASSERT_EQ(UCS_OK,
+              span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
     EXPECT_EQ(2u, extent.num_units);
     EXPECT_EQ(128 * KiB, extent.length);
 }
@@ -261,7 +269,8 @@ TEST_F(rocm_resolver, vmm_export_fd)
     char *a;
 
     ASSERT_NO_FATAL_FAILURE(r.map({1 * MiB, 2 * MiB}));
-    ASSERT_EQ(UCS_OK, span_rocm_vmm_export_fd((uintptr_t)r.base + 1 * MiB, &fd));
+    ASSERT_EQ(UCS_OK,
+              span_rocm_vmm_export_fd((uintptr_t)r.base + 1 * MiB, &fd));
     ASSERT_EQ(0, fstat(fd, &st));
     EXPECT_EQ((off_t)(2 * MiB), st.st_size) << "the handle of the second unit";
     close(fd);
@@ -329,7 +338,8 @@ TEST_F(rocm_resolver, registry_units_by_buffer_id)
 
     registry_ops = ops;
     ASSERT_NO_FATAL_FAILURE(r.map(std::vector<uint64_t>(8, unit)));
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
+    ASSERT_EQ(UCS_OK,
+              span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
     rocm_entry reg(&owner, extent);
 
     /* a tensor inside unit 5, and one over units 2 to 4 */
@@ -356,16 +366,19 @@ TEST_F(rocm_resolver, registry_units_by_buffer_id)
     ASSERT_NO_FATAL_FAILURE(r.remap(6, unit));
     EXPECT_EQ(nullptr, span_registry_find_within(
                                &owner, (uintptr_t)r.base + 6 * unit, 100,
-                               UCS_MEMORY_TYPE_ROCM, buffer_id(r.base + 6 * unit),
+                               UCS_MEMORY_TYPE_ROCM,
+                               buffer_id(r.base + 6 * unit),
                                1, rocm_unit_holds));
     EXPECT_EQ(nullptr, span_registry_find_within(
                                &owner, (uintptr_t)r.base + 5 * unit, 2 * unit,
-                               UCS_MEMORY_TYPE_ROCM, buffer_id(r.base + 5 * unit),
+                               UCS_MEMORY_TYPE_ROCM,
+                               buffer_id(r.base + 5 * unit),
                                1, rocm_unit_holds));
     EXPECT_FALSE(span_registry_valid(&reg.entry));
     EXPECT_EQ(nullptr, span_registry_find_within(
                                &owner, (uintptr_t)r.base + 5 * unit + 99, 1000,
-                               UCS_MEMORY_TYPE_ROCM, buffer_id(r.base + 5 * unit),
+                               UCS_MEMORY_TYPE_ROCM,
+                               buffer_id(r.base + 5 * unit),
                                1, rocm_unit_holds))
             << "a stale entry serves nobody";
     EXPECT_EQ(1, span_registry_release(&reg.entry));

@@ -110,7 +110,8 @@ int child_ipc_export(const std::vector<std::string> &args)
     void *ptr;
     char byte;
 
-    if ((hipSetDevice(0) != hipSuccess) || (hipMalloc(&ptr, size) != hipSuccess)) {
+    if ((hipSetDevice(0) != hipSuccess) ||
+        (hipMalloc(&ptr, size) != hipSuccess)) {
         return 10;
     }
     fill(ptr, size, 5);

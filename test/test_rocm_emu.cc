@@ -126,8 +126,8 @@ TEST_F(rocm_emu, agents_and_pools)
         EXPECT_TRUE(allowed);
         ASSERT_EQ(HSA_STATUS_SUCCESS,
                   hsa_amd_agent_memory_pool_get_info(
-                          list[1], pool, HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO,
-                          &link));
+                          list[1], pool,
+                          HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO, &link));
         EXPECT_EQ(HSA_AMD_LINK_INFO_TYPE_PCIE, link.link_type);
     }
     EXPECT_NE(bdf[0], bdf[1]) << "one bus id per device";
@@ -160,13 +160,16 @@ TEST_F(rocm_emu, allocations_and_pointer_info)
     EXPECT_EQ(a0, base);
     EXPECT_EQ(3 * MiB, size);
     ASSERT_EQ(hipSuccess,
-              hipPointerGetAttribute(&ordinal, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+              hipPointerGetAttribute(&ordinal,
+                                     HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                      a1 + 5));
     EXPECT_EQ(1, ordinal);
     ASSERT_EQ(hipSuccess,
-              hipPointerGetAttribute(&id0, HIP_POINTER_ATTRIBUTE_BUFFER_ID, a0));
+              hipPointerGetAttribute(&id0, HIP_POINTER_ATTRIBUTE_BUFFER_ID,
+                                     a0));
     ASSERT_EQ(hipSuccess,
-              hipPointerGetAttribute(&id1, HIP_POINTER_ATTRIBUTE_BUFFER_ID, a1));
+              hipPointerGetAttribute(&id1, HIP_POINTER_ATTRIBUTE_BUFFER_ID,
+                                     a1));
     EXPECT_NE(id0, id1);
 
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(&stack).type);
@@ -180,8 +183,9 @@ TEST_F(rocm_emu, allocations_and_pointer_info)
     EXPECT_EQ(hipErrorInvalidValue, hipFree(a0)) << "freed twice";
     char *again = (char*)device_alloc(0, 3 * MiB);
     EXPECT_EQ(a0, again);
-    ASSERT_EQ(hipSuccess, hipPointerGetAttribute(
-                                  &id1, HIP_POINTER_ATTRIBUTE_BUFFER_ID, again));
+    ASSERT_EQ(hipSuccess,
+              hipPointerGetAttribute(&id1, HIP_POINTER_ATTRIBUTE_BUFFER_ID,
+                                     again));
     EXPECT_NE(id0, id1);
     EXPECT_EQ(hipSuccess, hipFree(again));
     EXPECT_EQ(hipSuccess, hipFree(a1));
@@ -209,12 +213,14 @@ TEST_F(rocm_emu, ipc_create_takes_whole_allocations_only)
     hsa_amd_ipc_memory_t handle;
 
     EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
-              hsa_amd_ipc_memory_create(a + 4 * KiB, 2 * MiB - 4 * KiB, &handle))
+              hsa_amd_ipc_memory_create(a + 4 * KiB, 2 * MiB - 4 * KiB,
+                                        &handle))
             << "an interior pointer";
     EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
               hsa_amd_ipc_memory_create(a, 1 * MiB, &handle))
             << "part of the allocation";
-    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_create(a, 2 * MiB, &handle));
+    EXPECT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_create(a, 2 * MiB, &handle));
     EXPECT_EQ(hipSuccess, hipFree(a));
     EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
               hsa_amd_ipc_memory_create(a, 2 * MiB, &handle)) << "freed";
@@ -243,7 +249,8 @@ TEST_F(rocm_emu, ipc_across_processes)
     hsa_amd_ipc_memory_t handle;
 
     fill(a, 3 * MiB, 11);
-    ASSERT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_create(a, 3 * MiB, &handle));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_create(a, 3 * MiB, &handle));
     /* the child attaches, checks the bytes, writes its own in the middle
      * MiB and detaches */
     EXPECT_EQ(0, test_rocm_child_run({"ipc_rw", test_rocm_hex(&handle,
@@ -251,7 +258,8 @@ TEST_F(rocm_emu, ipc_across_processes)
                                      std::to_string(3 * MiB)}));
     EXPECT_EQ(0u, mismatches(a, 1 * MiB, 11));
     EXPECT_EQ(0u, mismatches(a + 1 * MiB, 1 * MiB, 99));
-    EXPECT_EQ(0u, mismatches(a + 2 * MiB, 1 * MiB, (uint8_t)(11 + 2 * MiB * 7)));
+    EXPECT_EQ(0u,
+              mismatches(a + 2 * MiB, 1 * MiB, (uint8_t)(11 + 2 * MiB * 7)));
     EXPECT_EQ(hipSuccess, hipFree(a));
     /* the exporter freed it: nobody holds it, the handle is stale */
     EXPECT_EQ(test_rocm_child_attach_fails,
@@ -271,7 +279,8 @@ TEST_F(rocm_emu, ipc_handle_of_a_reused_descriptor_is_refused)
     /* the same size at the same address, likely on the same descriptor
      * number: another allocation all the same */
     a = (char*)device_alloc(0, 1 * MiB);
-    ASSERT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_create(a, 1 * MiB, &handle));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_create(a, 1 * MiB, &handle));
     EXPECT_NE(0, memcmp(&handle, &old_handle, sizeof(handle)));
     EXPECT_EQ(test_rocm_child_attach_fails,
               test_rocm_child_run({"ipc_attach",
@@ -304,7 +313,8 @@ TEST_F(rocm_emu, ipc_handle_stays_valid_while_attached_here)
     EXPECT_EQ(0u, mismatches(second, 2 * MiB, 5));
     EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_detach(first));
     EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_detach(second));
-    EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT, hsa_amd_ipc_memory_detach(second));
+    EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
+              hsa_amd_ipc_memory_detach(second));
     EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
               hsa_amd_ipc_memory_attach(&handle, 2 * MiB, 0, nullptr, &first))
             << "nobody holds it any more";
@@ -370,7 +380,8 @@ TEST_F(rocm_emu, async_copy_of_memory_no_device_reaches)
     EXPECT_EQ(1, hsa_signal_load_scacquire(done));
     /* locked, it may */
     ASSERT_EQ(HSA_STATUS_SUCCESS,
-              hsa_amd_memory_lock(host.data(), host.size(), nullptr, 0, &locked));
+              hsa_amd_memory_lock(host.data(), host.size(), nullptr, 0,
+                                  &locked));
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_LOCKED, pointer_info(host.data() + 5).type);
     fill(host.data(), host.size(), 77);
     ASSERT_EQ(HSA_STATUS_SUCCESS,
@@ -468,13 +479,15 @@ TEST_F(rocm_emu, vmm_units_and_their_attributes)
         ASSERT_EQ(hipSuccess, hipMemGetAddressRange(&base, &size, p));
         EXPECT_EQ(r.base + i * r.unit, base) << "unit " << i;
         EXPECT_EQ(64 * KiB, size);
-        ASSERT_EQ(hipSuccess, hipPointerGetAttribute(
-                                      &id[i], HIP_POINTER_ATTRIBUTE_BUFFER_ID, p));
         ASSERT_EQ(hipSuccess,
-                  hipPointerGetAttribute(&types,
-                                         HIP_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
-                                         p));
-        EXPECT_EQ((unsigned long long)hipMemHandleTypePosixFileDescriptor, types);
+                  hipPointerGetAttribute(&id[i],
+                                         HIP_POINTER_ATTRIBUTE_BUFFER_ID, p));
+        ASSERT_EQ(hipSuccess,
+                  hipPointerGetAttribute(
+                          &types, HIP_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                          p));
+        EXPECT_EQ((unsigned long long)hipMemHandleTypePosixFileDescriptor,
+                  types);
         hsa_amd_pointer_info_t info = pointer_info(p);
         EXPECT_EQ(HSA_EXT_POINTER_TYPE_HSA, info.type);
         EXPECT_EQ(r.base + i * r.unit, info.agentBaseAddress);
@@ -482,8 +495,9 @@ TEST_F(rocm_emu, vmm_units_and_their_attributes)
     }
     EXPECT_NE(id[0], id[1]);
     EXPECT_NE(id[2], id[3]);
-    ASSERT_EQ(hipSuccess, hipMemRetainAllocationHandle(&retained, r.base +
-                                                                     2 * r.unit + 7));
+    ASSERT_EQ(hipSuccess,
+              hipMemRetainAllocationHandle(&retained,
+                                           r.base + 2 * r.unit + 7));
     EXPECT_EQ(r.handles[2], retained);
     EXPECT_EQ(hipSuccess, hipMemRelease(retained));
     EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
@@ -535,9 +549,9 @@ TEST_F(rocm_emu, vmm_export_import_across_processes)
     ASSERT_EQ(hipSuccess, r.map(0, 64 * KiB, 3));
     fill(r.base, 3 * r.unit, 21);
     for (auto h : r.handles) {
-        ASSERT_EQ(hipSuccess, hipMemExportToShareableHandle(
-                                      &fd, h, hipMemHandleTypePosixFileDescriptor,
-                                      0));
+        ASSERT_EQ(hipSuccess,
+                  hipMemExportToShareableHandle(
+                          &fd, h, hipMemHandleTypePosixFileDescriptor, 0));
         args.push_back(std::to_string(fd));
     }
     /* the child takes the descriptors (pidfd_getfd), imports, maps the
@@ -576,7 +590,8 @@ TEST_F(rocm_emu, failure_injection)
                                                        nullptr, nullptr));
     for (int i = 0; i < 3; ++i) {
         EXPECT_EQ(HSA_STATUS_ERROR_OUT_OF_RESOURCES,
-                  hsa_amd_pointer_info(&info, &info, nullptr, nullptr, nullptr));
+                  hsa_amd_pointer_info(&info, &info, nullptr, nullptr,
+                                       nullptr));
     }
     /* what hsa_init says without /dev/kfd */
     EXPECT_EQ(HSA_STATUS_ERROR_OUT_OF_RESOURCES, hsa_init());

@@ -308,9 +308,10 @@ static hsa_emu_vmm_t *hip_emu_vmm(hipMemGenericAllocationHandle_t handle)
     return hsa_emu_vmm_valid(vmm) ? vmm : NULL;
 }
 
-hipError_t hipMemGetAllocationGranularity(size_t *granularity,
-                                          const hipMemAllocationProp *prop,
-                                          hipMemAllocationGranularity_flags option)
+hipError_t
+hipMemGetAllocationGranularity(size_t *granularity,
+                               const hipMemAllocationProp *prop,
+                               hipMemAllocationGranularity_flags option)
 {
     HIP_EMU_ENTER("hipMemGetAllocationGranularity", hipErrorInvalidValue);
     if ((granularity == NULL) || (prop == NULL)) {
@@ -463,9 +464,10 @@ hipError_t hipMemExportToShareableHandle(void *shareableHandle,
     return hipSuccess;
 }
 
-hipError_t hipMemImportFromShareableHandle(hipMemGenericAllocationHandle_t *handle,
-                                           void *osHandle,
-                                           hipMemAllocationHandleType shHandleType)
+hipError_t
+hipMemImportFromShareableHandle(hipMemGenericAllocationHandle_t *handle,
+                                void *osHandle,
+                                hipMemAllocationHandleType shHandleType)
 {
     hsa_emu_vmm_t *vmm;
 
@@ -479,8 +481,9 @@ hipError_t hipMemImportFromShareableHandle(hipMemGenericAllocationHandle_t *hand
     return hipSuccess;
 }
 
-hipError_t hipMemGetAllocationPropertiesFromHandle(hipMemAllocationProp *prop,
-                                                   hipMemGenericAllocationHandle_t handle)
+hipError_t
+hipMemGetAllocationPropertiesFromHandle(hipMemAllocationProp *prop,
+                                        hipMemGenericAllocationHandle_t handle)
 {
     hsa_emu_vmm_t *vmm = hip_emu_vmm(handle);
     uint32_t types;

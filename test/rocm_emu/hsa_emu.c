@@ -383,16 +383,22 @@ hsa_status_t hsa_status_string(hsa_status_t status, const char **string)
 {
     switch (status) {
     case HSA_STATUS_SUCCESS:
-        *string = "HSA_STATUS_SUCCESS: The function has been executed successfully.";
+        *string = "HSA_STATUS_SUCCESS: The function has been executed "
+                  "successfully.";
         return HSA_STATUS_SUCCESS;
     case HSA_STATUS_ERROR_INVALID_ARGUMENT:
-        *string = "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition stated in the documentation of the corresponding formal argument.";
+        *string = "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual "
+                  "arguments does not meet a precondition stated in the "
+                  "documentation of the corresponding formal argument.";
         return HSA_STATUS_SUCCESS;
     case HSA_STATUS_ERROR_OUT_OF_RESOURCES:
-        *string = "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. This error may also occur when the core runtime library needs to spawn threads or create internal OS-specific events.";
+        *string = "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed "
+                  "to allocate the necessary resources.";
         return HSA_STATUS_SUCCESS;
     case HSA_STATUS_ERROR_NOT_INITIALIZED:
-        *string = "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is zero.";
+        *string = "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than "
+                  "hsa_init has been invoked while the reference count of "
+                  "the HSA runtime is zero.";
         return HSA_STATUS_SUCCESS;
     default:
         *string = "HSA_STATUS_ERROR: A generic error has occurred.";
@@ -514,11 +520,9 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute,
     EMU_RETURN(HSA_STATUS_SUCCESS);
 }
 
-hsa_status_t
-hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent,
-                                   hsa_status_t (*callback)(hsa_amd_memory_pool_t,
-                                                            void*),
-                                   void *data)
+hsa_status_t hsa_amd_agent_iterate_memory_pools(
+        hsa_agent_t agent,
+        hsa_status_t (*callback)(hsa_amd_memory_pool_t, void*), void *data)
 {
     hsa_amd_memory_pool_t pool;
     emu_agent_t *a;
@@ -709,7 +713,8 @@ static int emu_place(int arena, uint64_t size, uint64_t align, uint64_t *addr_p)
         for (i = 0; i < n; ++i) {
             base = list[i].base;
             top  = base + list[i].size;
-            if ((list[i].arena == arena) && (base < cur + size) && (top > cur)) {
+            if ((list[i].arena == arena) && (base < cur + size) &&
+                (top > cur)) {
                 cur   = (top + align - 1) & ~(align - 1);
                 moved = 1;
             }
@@ -1236,7 +1241,8 @@ void hsa_signal_store_relaxed(hsa_signal_t signal, hsa_signal_value_t value)
                           memory_order_relaxed);
 }
 
-void hsa_signal_subtract_screlease(hsa_signal_t signal, hsa_signal_value_t value)
+void hsa_signal_subtract_screlease(hsa_signal_t signal,
+                                   hsa_signal_value_t value)
 {
     atomic_fetch_sub_explicit(&emu_signal(signal)->value, value,
                               memory_order_release);
@@ -1667,8 +1673,9 @@ int hsa_emu_map(uint64_t addr, uint64_t size, uint64_t offset,
     int ret = 0;
 
     pthread_mutex_lock(&emu.lock);
-    if (!emu_live() || (size == 0) || (size % EMU_PAGE) || (offset % EMU_PAGE) ||
-        (offset + size > vmm->size) || (emu_resv_holding(addr, size) == NULL)) {
+    if (!emu_live() || (size == 0) || (size % EMU_PAGE) ||
+        (offset % EMU_PAGE) || (offset + size > vmm->size) ||
+        (emu_resv_holding(addr, size) == NULL)) {
         ret = EINVAL;
         goto out;
     }

@@ -89,8 +89,8 @@ static span_rocm_copy_desc_t *span_rocm_copy_desc_get(span_rocm_copy_t *copy)
 
 /* The agent and device of a local buffer: device memory only, which the
  * twin MD registered (rocm_ipc+ registers nothing else) */
-static ucs_status_t span_rocm_copy_local(const void *local, hsa_agent_t *agent_p,
-                                         int *device_p)
+static ucs_status_t span_rocm_copy_local(const void *local,
+                                         hsa_agent_t *agent_p, int *device_p)
 {
     hsa_amd_pointer_info_t info = {.size = sizeof(info)};
 

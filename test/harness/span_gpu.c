@@ -134,7 +134,7 @@ static int span_gpu_load(char *reason, size_t size)
     return 1;
 }
 
-int span_gpu_init(char *reason, size_t size)
+static int span_gpu_cuda_init(char *reason, size_t size)
 {
     int count = 0, ordinal;
     CUcontext ctx;
@@ -180,7 +180,7 @@ static void span_gpu_vmm_prop(CUmemAllocationProp *prop)
     prop->location.id          = span_gpu_dev;
 }
 
-size_t span_gpu_vmm_granularity(void)
+static size_t span_gpu_cuda_vmm_granularity(void)
 {
     CUmemAllocationProp prop;
     size_t granularity = 0;
@@ -205,7 +205,7 @@ static void span_gpu_vmm_free(span_gpu_buf_t *buf)
 static ucs_status_t span_gpu_vmm_alloc(size_t length, unsigned handles,
                                        void *at, span_gpu_buf_t *buf)
 {
-    size_t granularity = span_gpu_vmm_granularity(), hsize;
+    size_t granularity = span_gpu_cuda_vmm_granularity(), hsize;
     CUmemGenericAllocationHandle handle;
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
@@ -310,8 +310,9 @@ out:
     return status;
 }
 
-ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
-                            unsigned handles, void *at, span_gpu_buf_t *buf)
+static ucs_status_t span_gpu_cuda_alloc(span_gpu_kind_t kind, size_t length,
+                                        unsigned handles, void *at,
+                                        span_gpu_buf_t *buf)
 {
     CUdeviceptr ptr;
     CUresult res = CUDA_SUCCESS;
@@ -353,7 +354,7 @@ ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
     return UCS_OK;
 }
 
-void span_gpu_free(span_gpu_buf_t *buf)
+static void span_gpu_cuda_free(span_gpu_buf_t *buf)
 {
     switch (buf->kind) {
     case SPAN_GPU_HOST:
@@ -400,7 +401,8 @@ static size_t span_gpu_room(const void *ptr, size_t max)
 /* One cuMemcpy, or where the driver refuses a copy that crosses from one
  * allocation into the next (the blocks of SPAN_GPU_MALLOC_PAIR), one per
  * stretch that lies in one allocation on both sides */
-ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
+static ucs_status_t span_gpu_cuda_copy(void *dst, const void *src,
+                                       size_t length)
 {
     size_t done, n;
 
@@ -427,19 +429,20 @@ ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
            UCS_OK : UCS_ERR_IO_ERROR;
 }
 #else
-int span_gpu_init(char *reason, size_t size)
+static int span_gpu_cuda_init(char *reason, size_t size)
 {
     snprintf(reason, size, "built without CUDA (configure --with-cuda)");
     return 0;
 }
 
-size_t span_gpu_vmm_granularity(void)
+static size_t span_gpu_cuda_vmm_granularity(void)
 {
     return 0;
 }
 
-ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
-                            unsigned handles, void *at, span_gpu_buf_t *buf)
+static ucs_status_t span_gpu_cuda_alloc(span_gpu_kind_t kind, size_t length,
+                                        unsigned handles, void *at,
+                                        span_gpu_buf_t *buf)
 {
     memset(buf, 0, sizeof(*buf));
     buf->kind   = kind;
@@ -448,14 +451,344 @@ ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
                                      UCS_ERR_NO_DEVICE;
 }
 
-void span_gpu_free(span_gpu_buf_t *buf)
+static void span_gpu_cuda_free(span_gpu_buf_t *buf)
 {
     munmap(buf->ptr, buf->length);
 }
 
-ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
+static ucs_status_t span_gpu_cuda_copy(void *dst, const void *src,
+                                       size_t length)
 {
     memcpy(dst, src, length);
     return UCS_OK;
 }
 #endif
+
+/* ---- ROCm (SPAN_GPU_RUNTIME=rocm): HIP loaded at run time -------------- */
+#if HAVE_ROCM
+#include <hip/hip_runtime_api.h>
+#include <dlfcn.h>
+
+#define SPAN_GPU_HIP_FN(_name) typeof(_name) *_name
+static struct {
+    SPAN_GPU_HIP_FN(hipGetDeviceCount);
+    SPAN_GPU_HIP_FN(hipSetDevice);
+    SPAN_GPU_HIP_FN(hipDeviceSynchronize);
+    SPAN_GPU_HIP_FN(hipMalloc);
+    SPAN_GPU_HIP_FN(hipFree);
+    SPAN_GPU_HIP_FN(hipMemcpy);
+    SPAN_GPU_HIP_FN(hipMemGetAllocationGranularity);
+    SPAN_GPU_HIP_FN(hipMemCreate);
+    SPAN_GPU_HIP_FN(hipMemAddressReserve);
+    SPAN_GPU_HIP_FN(hipMemAddressFree);
+    SPAN_GPU_HIP_FN(hipMemMap);
+    SPAN_GPU_HIP_FN(hipMemUnmap);
+    SPAN_GPU_HIP_FN(hipMemSetAccess);
+    SPAN_GPU_HIP_FN(hipMemRelease);
+} span_gpu_hip;
+
+static int span_gpu_hip_device = -1;
+
+static int span_gpu_hip_load(char *reason, size_t size)
+{
+    static const char *libs[] = {"libamdhip64.so", "libamdhip64.so.7",
+                                 "libamdhip64.so.6", "libamdhip64.so.5"};
+    static const char *names[] = {
+        "hipGetDeviceCount", "hipSetDevice", "hipDeviceSynchronize",
+        "hipMalloc", "hipFree", "hipMemcpy", "hipMemGetAllocationGranularity",
+        "hipMemCreate", "hipMemAddressReserve", "hipMemAddressFree",
+        "hipMemMap", "hipMemUnmap", "hipMemSetAccess", "hipMemRelease"
+    };
+    void **fn = (void**)&span_gpu_hip;
+    void *lib = NULL;
+    size_t i;
+
+    for (i = 0; (lib == NULL) && (i < sizeof(libs) / sizeof(libs[0])); ++i) {
+        lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+    }
+    if (lib == NULL) {
+        snprintf(reason, size, "no HIP runtime (libamdhip64: %s)", dlerror());
+        return 0;
+    }
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+        fn[i] = dlsym(lib, names[i]);
+        if (fn[i] == NULL) {
+            snprintf(reason, size, "the HIP runtime lacks %s", names[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int span_gpu_rocm_init(char *reason, size_t size)
+{
+    int count = 0, ordinal;
+
+    if (span_gpu_hip_device >= 0) {
+        return 1;
+    }
+    if (!span_gpu_hip_load(reason, size)) {
+        return 0;
+    }
+    if ((span_gpu_hip.hipGetDeviceCount(&count) != hipSuccess) ||
+        (count == 0)) {
+        snprintf(reason, size, "no AMD GPU (hipGetDeviceCount: %d devices)",
+                 count);
+        return 0;
+    }
+    ordinal = (getenv("SPAN_GPU_DEVICE") != NULL) ?
+              atoi(getenv("SPAN_GPU_DEVICE")) : 0;
+    if ((ordinal >= count) ||
+        (span_gpu_hip.hipSetDevice(ordinal) != hipSuccess)) {
+        snprintf(reason, size, "SPAN_GPU_DEVICE=%d: %d devices", ordinal,
+                 count);
+        return 0;
+    }
+    span_gpu_hip_device = ordinal;
+    return 1;
+}
+
+static void span_gpu_rocm_vmm_prop(hipMemAllocationProp *prop)
+{
+    memset(prop, 0, sizeof(*prop));
+    prop->type                = hipMemAllocationTypePinned;
+    prop->requestedHandleType = hipMemHandleTypePosixFileDescriptor;
+    prop->location.type       = hipMemLocationTypeDevice;
+    prop->location.id         = span_gpu_hip_device;
+}
+
+static size_t span_gpu_rocm_vmm_granularity(void)
+{
+    hipMemAllocationProp prop;
+    size_t granularity = 0;
+
+    if (span_gpu_hip_device < 0) {
+        return 0;
+    }
+    span_gpu_rocm_vmm_prop(&prop);
+    if (span_gpu_hip.hipMemGetAllocationGranularity(
+                &granularity, &prop, hipMemAllocationGranularityMinimum) !=
+        hipSuccess) {
+        return 0;
+    }
+    return granularity;
+}
+
+static void span_gpu_rocm_vmm_free(span_gpu_buf_t *buf)
+{
+    span_gpu_hip.hipMemUnmap(buf->ptr, buf->reserved);
+    span_gpu_hip.hipMemAddressFree(buf->ptr, buf->reserved);
+}
+
+/* POSIX-fd handles back to back, as PyTorch's expandable segments on ROCm */
+static ucs_status_t span_gpu_rocm_vmm_alloc(size_t length, unsigned handles,
+                                            void *at, span_gpu_buf_t *buf)
+{
+    size_t granularity = span_gpu_rocm_vmm_granularity(), hsize;
+    hipMemGenericAllocationHandle_t handle;
+    hipMemAllocationProp prop;
+    hipMemAccessDesc access;
+    unsigned i;
+
+    if ((granularity == 0) || (handles == 0)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    hsize = (length + handles - 1) / handles;
+    hsize = (hsize + granularity - 1) / granularity * granularity;
+    buf->reserved = hsize * handles;
+    if (span_gpu_hip.hipMemAddressReserve(&buf->ptr, buf->reserved, 0, at,
+                                          0) != hipSuccess) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    span_gpu_rocm_vmm_prop(&prop);
+    for (i = 0; i < handles; ++i) {
+        if (span_gpu_hip.hipMemCreate(&handle, hsize, &prop, 0) != hipSuccess) {
+            goto err;
+        }
+        if (span_gpu_hip.hipMemMap((char*)buf->ptr + (i * hsize), hsize, 0,
+                                   handle, 0) != hipSuccess) {
+            span_gpu_hip.hipMemRelease(handle);
+            goto err;
+        }
+        span_gpu_hip.hipMemRelease(handle); /* the mapping holds it */
+    }
+    access.location = prop.location;
+    access.flags    = hipMemAccessFlagsProtReadWrite;
+    if (span_gpu_hip.hipMemSetAccess(buf->ptr, buf->reserved, &access, 1) ==
+        hipSuccess) {
+        return UCS_OK;
+    }
+err:
+    span_gpu_rocm_vmm_free(buf);
+    return UCS_ERR_NO_MEMORY;
+}
+
+/* Blocks of a quarter and the rest of length, the second right after the
+ * first, or UCS_ERR_UNSUPPORTED */
+static ucs_status_t span_gpu_rocm_pair_alloc(size_t length, span_gpu_buf_t *buf)
+{
+    size_t small = length / 4;
+
+    if (span_gpu_hip.hipMalloc(&buf->ptr, small) != hipSuccess) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    if (span_gpu_hip.hipMalloc(&buf->second, length - small) != hipSuccess) {
+        span_gpu_hip.hipFree(buf->ptr);
+        return UCS_ERR_NO_MEMORY;
+    }
+    if ((char*)buf->ptr + small != (char*)buf->second) {
+        span_gpu_hip.hipFree(buf->second);
+        span_gpu_hip.hipFree(buf->ptr);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t span_gpu_rocm_alloc(span_gpu_kind_t kind, size_t length,
+                                        unsigned handles, void *at,
+                                        span_gpu_buf_t *buf)
+{
+    memset(buf, 0, sizeof(*buf));
+    buf->kind    = kind;
+    buf->length  = length;
+    buf->handles = handles;
+    if (kind == SPAN_GPU_HOST) {
+        return span_gpu_host_alloc(length, buf);
+    }
+    if (span_gpu_hip_device < 0) {
+        return UCS_ERR_NO_DEVICE;
+    }
+    switch (kind) {
+    case SPAN_GPU_MALLOC:
+        /* hipMalloc takes no address: the caller retries for one */
+        return (span_gpu_hip.hipMalloc(&buf->ptr, length) == hipSuccess) ?
+               UCS_OK : UCS_ERR_NO_MEMORY;
+    case SPAN_GPU_VMM:
+        return span_gpu_rocm_vmm_alloc(length, handles, at, buf);
+    case SPAN_GPU_MALLOC_PAIR:
+        return (at == NULL) ? span_gpu_rocm_pair_alloc(length, buf) :
+                              UCS_ERR_NO_MEMORY;
+    default:
+        return UCS_ERR_UNSUPPORTED; /* no stream-ordered pool, no PyTorch */
+    }
+}
+
+static void span_gpu_rocm_free(span_gpu_buf_t *buf)
+{
+    switch (buf->kind) {
+    case SPAN_GPU_HOST:
+        munmap(buf->ptr, buf->length);
+        break;
+    case SPAN_GPU_MALLOC:
+        span_gpu_hip.hipFree(buf->ptr);
+        break;
+    case SPAN_GPU_VMM:
+        span_gpu_rocm_vmm_free(buf);
+        break;
+    case SPAN_GPU_MALLOC_PAIR:
+        span_gpu_hip.hipFree(buf->ptr);
+        span_gpu_hip.hipFree(buf->second);
+        break;
+    default:
+        break;
+    }
+    buf->ptr = NULL;
+}
+
+static ucs_status_t span_gpu_rocm_copy(void *dst, const void *src,
+                                       size_t length)
+{
+    if (span_gpu_hip_device < 0) {
+        memcpy(dst, src, length);
+        return UCS_OK;
+    }
+    return ((span_gpu_hip.hipMemcpy(dst, src, length, hipMemcpyDefault) ==
+             hipSuccess) &&
+            (span_gpu_hip.hipDeviceSynchronize() == hipSuccess)) ?
+           UCS_OK : UCS_ERR_IO_ERROR;
+}
+#else
+static int span_gpu_rocm_init(char *reason, size_t size)
+{
+    snprintf(reason, size, "built without the ROCm headers (configure "
+             "--with-rocm)");
+    return 0;
+}
+
+static size_t span_gpu_rocm_vmm_granularity(void)
+{
+    return 0;
+}
+
+static ucs_status_t span_gpu_rocm_alloc(span_gpu_kind_t kind, size_t length,
+                                        unsigned handles, void *at,
+                                        span_gpu_buf_t *buf)
+{
+    memset(buf, 0, sizeof(*buf));
+    buf->kind   = kind;
+    buf->length = length;
+    return (kind == SPAN_GPU_HOST) ? span_gpu_host_alloc(length, buf) :
+                                     UCS_ERR_NO_DEVICE;
+}
+
+static void span_gpu_rocm_free(span_gpu_buf_t *buf)
+{
+    munmap(buf->ptr, buf->length);
+}
+
+static ucs_status_t span_gpu_rocm_copy(void *dst, const void *src,
+                                       size_t length)
+{
+    memcpy(dst, src, length);
+    return UCS_OK;
+}
+#endif
+
+/* ---- the runtime of this process: CUDA, or ROCm where asked for ------- */
+
+static int span_gpu_rocm(void)
+{
+    const char *runtime = getenv("SPAN_GPU_RUNTIME");
+
+    return (runtime != NULL) && !strcmp(runtime, "rocm");
+}
+
+int span_gpu_init(char *reason, size_t size)
+{
+    return span_gpu_rocm() ? span_gpu_rocm_init(reason, size) :
+                             span_gpu_cuda_init(reason, size);
+}
+
+size_t span_gpu_vmm_granularity(void)
+{
+    return span_gpu_rocm() ? span_gpu_rocm_vmm_granularity() :
+                             span_gpu_cuda_vmm_granularity();
+}
+
+ucs_status_t span_gpu_alloc(span_gpu_kind_t kind, size_t length,
+                            unsigned handles, void *at, span_gpu_buf_t *buf)
+{
+    return span_gpu_rocm() ?
+           span_gpu_rocm_alloc(kind, length, handles, at, buf) :
+           span_gpu_cuda_alloc(kind, length, handles, at, buf);
+}
+
+void span_gpu_free(span_gpu_buf_t *buf)
+{
+    if (span_gpu_rocm()) {
+        span_gpu_rocm_free(buf);
+    } else {
+        span_gpu_cuda_free(buf);
+    }
+}
+
+ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length)
+{
+    return span_gpu_rocm() ? span_gpu_rocm_copy(dst, src, length) :
+                             span_gpu_cuda_copy(dst, src, length);
+}
+
+ucs_memory_type_t span_gpu_memory_type(void)
+{
+    return span_gpu_rocm() ? UCS_MEMORY_TYPE_ROCM : UCS_MEMORY_TYPE_CUDA;
+}

@@ -4,10 +4,14 @@
  * VMM of one or many physical handles), through libcuda loaded at run time,
  * so that the tools build and run (and report GPUs absent) without one.
  * CUDA does not survive fork: a process initializes it after forking.
+ * With SPAN_GPU_RUNTIME=rocm, the same through HIP (hipMalloc, hipMemCreate
+ * handles of POSIX fds; no stream-ordered pool, no PyTorch), for the ROCm
+ * GPU test.
  */
 #ifndef SPAN_GPU_H_
 #define SPAN_GPU_H_
 
+#include <ucs/memory/memory_type.h>
 #include <ucs/type/status.h>
 #include <stddef.h>
 
@@ -68,6 +72,9 @@ void span_gpu_external_set(void *ptr, size_t length);
 
 /* Synchronous copy between any two of host and device memory */
 ucs_status_t span_gpu_copy(void *dst, const void *src, size_t length);
+
+/* UCS_MEMORY_TYPE_CUDA, or ROCM where SPAN_GPU_RUNTIME=rocm */
+ucs_memory_type_t span_gpu_memory_type(void);
 
 #ifdef __cplusplus
 }

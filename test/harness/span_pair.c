@@ -231,7 +231,7 @@ static void span_pair_target_register(span_pair_target_t *t, unsigned id,
                         UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     if (t->regions[id].mem.kind != SPAN_GPU_HOST) {
         params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-        params.memory_type = UCS_MEMORY_TYPE_CUDA;
+        params.memory_type = span_gpu_memory_type();
     }
     params.address    = (uint8_t*)t->regions[id].buf + reg_offset;
     params.length     = reg_length;
@@ -931,7 +931,7 @@ static void span_pair_op_param(span_pair_t *pair, ucp_request_param_t *param)
     memset(param, 0, sizeof(*param));
     if (pair->local_cuda) {
         param->op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-        param->memory_type  = UCS_MEMORY_TYPE_CUDA;
+        param->memory_type  = span_gpu_memory_type();
     }
 }
 

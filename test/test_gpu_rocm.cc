@@ -1,0 +1,589 @@
+/*
+ * ROCm GPU test: two processes on one AMD GPU, UCX's own rocm_ipc beside
+ * rocm_ipc+, put and get of the device memory users register, every byte
+ * checked where it landed. It runs wherever HIP finds a device and UCX has
+ * its rocm module: on an AMD GPU, or on the emulated ROCm runtime
+ * (test/rocm_emu) with a UCX built from its tag (contrib/ucx_rocm_build.sh;
+ * test/rocm/run.sh). Elsewhere every test reports itself skipped and the
+ * program exits 77.
+ *
+ * Each case prints one "ROCM|" line; test/rocm/run.sh gathers them into a
+ * table, native beside twin.
+ */
+extern "C" {
+#include "test/harness/span_gpu.h"
+#include "test/harness/span_md_open.h"
+#include "test/harness/span_pair.h"
+#include "ucx/span_ucx.h" /* the v2 MD calls */
+}
+
+#include "test_fds.h"
+#include "test_run_alone.h"
+
+#include <gtest/gtest.h>
+#include <uct/api/uct.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const size_t MiB = 1 << 20;
+
+char gpu_reason[512];
+bool gpu_present;
+
+struct rocm_case {
+    const char      *name;
+    span_gpu_kind_t kind;
+    unsigned        handles;    /* VMM */
+    size_t          mib;        /* allocation size, MiB (VMM: per handle
+                                   at least, by the granularity) */
+    size_t          reg_offset; /* of the registration in the allocation */
+    size_t          reg_trim;   /* bytes short of the allocation's end */
+    bool            native_ok;  /* native rocm_ipc moves it right */
+};
+
+const char *native_tls = "rocm_copy,rocm_ipc,posix";
+const char *twin_tls   = "rocm_copy,rocm_ipc+,posix";
+
+class rocm_pair
+    : public ::testing::TestWithParam<std::tuple<rocm_case, bool>> {
+protected:
+    void SetUp() override
+    {
+        if (!gpu_present) {
+            GTEST_SKIP() << gpu_reason;
+        }
+        ASSERT_EQ(UCS_OK, span_pair_start(&m_pair, SPAN_PAIR_FORK, tls(),
+                                          features));
+        m_started         = true;
+        m_pair.local_cuda = 1; /* device memory, of span_gpu_memory_type() */
+        char reason[256];
+        ASSERT_TRUE(span_gpu_init(reason, sizeof(reason))) << reason;
+    }
+
+    void TearDown() override
+    {
+        if (m_mapped) {
+            span_pair_unmap(&m_pair, &m_region);
+        }
+        if (m_started) {
+            EXPECT_EQ(0, span_pair_stop(&m_pair));
+        }
+    }
+
+    const rocm_case &rcase() const { return std::get<0>(GetParam()); }
+    bool twin() const { return std::get<1>(GetParam()); }
+    const char *tls() const { return twin() ? twin_tls : native_tls; }
+    const char *tl() const { return twin() ? "rocm_ipc+" : "rocm_ipc"; }
+
+    size_t handle_size() const
+    {
+        return std::max(span_gpu_vmm_granularity(), MiB);
+    }
+
+    size_t alloc_length() const
+    {
+        return (rcase().kind == SPAN_GPU_VMM) ?
+               rcase().handles * handle_size() * rcase().mib :
+               rcase().mib * MiB;
+    }
+
+    size_t reg_end() const
+    {
+        return alloc_length() - rcase().reg_trim;
+    }
+
+    ucs_status_t map(unsigned seed)
+    {
+        size_t length = alloc_length();
+        ucs_status_t status = span_pair_map_kind(&m_pair, rcase().kind,
+                                                 rcase().handles, length,
+                                                 rcase().reg_offset,
+                                                 reg_end() - rcase().reg_offset,
+                                                 seed, &m_region);
+        m_mapped = (status == UCS_OK);
+        return status;
+    }
+
+    /* put then get of [off, off + len), bytes checked on both sides; the
+     * number of wrong bytes (SIZE_MAX where an op failed) */
+    size_t put_get(size_t off, size_t len, unsigned seed, unsigned base_seed)
+    {
+        std::vector<uint8_t> host(len), back(len, 0);
+        span_gpu_buf_t local;
+        size_t wrong = SIZE_MAX;
+
+        if (span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local) != UCS_OK) {
+            return SIZE_MAX;
+        }
+        span_pair_fill(host.data(), len, seed, off);
+        if ((span_gpu_copy(local.ptr, host.data(), len) == UCS_OK) &&
+            (span_pair_put(&m_pair, &m_region, off, local.ptr, len) ==
+             UCS_OK)) {
+            wrong = span_pair_check(&m_pair, &m_region, off, len, seed);
+        }
+        if ((wrong != SIZE_MAX) &&
+            (span_pair_refill(&m_pair, &m_region, base_seed) == UCS_OK) &&
+            (span_gpu_copy(local.ptr, back.data(), len) == UCS_OK) &&
+            (span_pair_get(&m_pair, &m_region, off, local.ptr, len) ==
+             UCS_OK) &&
+            (span_gpu_copy(back.data(), local.ptr, len) == UCS_OK)) {
+            wrong += span_pair_mismatches(back.data(), len, base_seed, off);
+        } else {
+            wrong = SIZE_MAX;
+        }
+        span_gpu_free(&local);
+        return wrong;
+    }
+
+    /* The whole registration, an odd piece at its start, and pieces across
+     * and just past every handle boundary inside it, its last 8 bytes */
+    std::vector<std::pair<size_t, size_t>> ops() const
+    {
+        size_t start = m_region.reg_offset, end = start + m_region.reg_length;
+        std::vector<std::pair<size_t, size_t>> v = {{start, end - start},
+                                                    {start + 1, 4109}};
+        if (rcase().handles > 1) {
+            size_t hsize = alloc_length() / rcase().handles;
+            for (size_t b = hsize; b < end; b += hsize) {
+                if ((b > start + 2000) && (b + 2109 <= end)) {
+                    v.push_back({b - 2000, 4109});
+                }
+                if ((b >= start) && (b + 108 <= end)) {
+                    v.push_back({b + 100, 8});
+                }
+            }
+        }
+        v.push_back({end - 8, 8});
+        return v;
+    }
+
+    bool over_tl()
+    {
+        char info[65536];
+        std::string want = std::string(tl()) + "/";
+
+        span_pair_ep_info(&m_pair, info, sizeof(info));
+        return strstr(info, want.c_str()) != NULL;
+    }
+
+    void report(const char *what, const std::string &result)
+    {
+        printf("ROCM| %-16s | %-9s | %-9s | %s | rma over %s: %s\n",
+               rcase().name, tl(), what, result.c_str(), tl(),
+               over_tl() ? "yes" : "no");
+    }
+
+    void run_ops(const char *what, unsigned seed)
+    {
+        size_t right = 0, wrong = 0, failed = 0;
+        auto list    = ops();
+        char result[256];
+
+        for (auto &op : list) {
+            size_t w = put_get(op.first, op.second, ++seed, 7);
+            if (w == SIZE_MAX) {
+                ++failed;
+            } else {
+                wrong += w;
+                right += (w == 0);
+            }
+            if (twin() || rcase().native_ok) {
+                EXPECT_EQ(0u, w) << op.second << " bytes at " << op.first;
+            }
+            ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 7));
+        }
+        snprintf(result, sizeof(result), "%zu/%zu ops right | %zu bytes wrong "
+                 "| %zu ops failed", right, list.size(), wrong, failed);
+        report(what, result);
+    }
+
+    /* Where the allocation goes on past the registration: a get of 8 KiB
+     * straddling its end, a zero-copy get over the transport (UCP emulates
+     * puts into ROCm memory in software at the target, over either
+     * transport, where no transport's key is consulted). The twin refuses
+     * it; natively rocm_ipc checks against the whole allocation and reads
+     * on past the registration */
+    void past_the_registration()
+    {
+        const size_t len = 8192, half = len / 2, off = reg_end() - half;
+        std::vector<uint8_t> back(len, 0);
+        span_gpu_buf_t local;
+        char result[256];
+
+        /* the local buffer starts as no byte of the remote one: a byte
+         * that matches the remote one was read */
+        for (size_t i = 0; i < len; ++i) {
+            back[i] = ~span_pair_pattern(7, off + i);
+        }
+        ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 7));
+        ASSERT_EQ(UCS_OK,
+                  span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local));
+        ASSERT_EQ(UCS_OK, span_gpu_copy(local.ptr, back.data(), len));
+        ucs_status_t status = span_pair_get(&m_pair, &m_region, off, local.ptr,
+                                            len);
+        ASSERT_EQ(UCS_OK, span_gpu_copy(back.data(), local.ptr, len));
+        span_gpu_free(&local);
+        size_t leaked = half - span_pair_mismatches(back.data() + half, half, 7,
+                                                    reg_end());
+        snprintf(result, sizeof(result), "get %s | %zu bytes read past the "
+                 "registration", ucs_status_string(status), leaked);
+        report("past end", result);
+        if (twin()) {
+            EXPECT_EQ(UCS_ERR_INVALID_ADDR, status);
+            EXPECT_EQ(0u, leaked);
+        }
+    }
+
+    static const uint64_t features = UCP_FEATURE_RMA | UCP_FEATURE_TAG;
+
+    span_pair_t        m_pair    = {};
+    span_pair_region_t m_region  = {};
+    bool               m_started = false;
+    bool               m_mapped  = false;
+};
+
+TEST_P(rocm_pair, put_get)
+{
+    ucs_status_t status = map(7);
+
+    if ((status == UCS_ERR_UNSUPPORTED) &&
+        (rcase().kind == SPAN_GPU_MALLOC_PAIR)) {
+        GTEST_SKIP() << "HIP placed the blocks apart";
+    }
+    if ((status != UCS_OK) && !twin() && !rcase().native_ok) {
+        report("put+get", std::string("registration refused: ") +
+                          ucs_status_string(status));
+        return;
+    }
+    ASSERT_EQ(UCS_OK, status);
+    run_ops("put+get", 100);
+    if (rcase().reg_trim > 0) {
+        past_the_registration();
+    }
+}
+
+/* The allocation freed and allocated again at the same address: the peer
+ * moves the new memory's bytes, never the old handle's */
+TEST_P(rocm_pair, free_and_allocate_again_at_the_same_address)
+{
+    if (rcase().kind == SPAN_GPU_MALLOC_PAIR) {
+        GTEST_SKIP() << "hipMalloc takes no address: the pair cannot be "
+                        "allocated again at its own";
+    }
+    ucs_status_t status = map(7);
+    if ((status != UCS_OK) && !twin() && !rcase().native_ok) {
+        report("realloc", std::string("registration refused: ") +
+                          ucs_status_string(status));
+        return;
+    }
+    ASSERT_EQ(UCS_OK, status);
+    size_t first = put_get(m_region.reg_offset, 4096, 50, 7);
+    if (twin() || rcase().native_ok) {
+        ASSERT_EQ(0u, first);
+    }
+    status = span_pair_remap(&m_pair, &m_region, 7);
+    if (status == UCS_ERR_NO_MEMORY) {
+        GTEST_SKIP() << "HIP gave no allocation at the old address in 64 "
+                        "tries";
+    }
+    ASSERT_EQ(UCS_OK, status);
+    run_ops("realloc", 200);
+}
+
+std::vector<rocm_case> cases()
+{
+    return {
+        {"malloc_whole", SPAN_GPU_MALLOC, 0, 64, 0, 0, true},
+        /* a layer view at an odd offset inside one allocation, as MoRI-IO's
+         * XGMI path registered it (ROCm/mori "honor sub-region base offset
+         * in IPC remapping"); UCX's rocm_ipc resolves the base itself */
+        {"malloc_layer_odd", SPAN_GPU_MALLOC, 0, 64, 3 * MiB + 4109,
+         40 * MiB + 13, true},
+        /* two hipMalloc blocks back to back, each registered alone */
+        {"malloc_1_3_small", SPAN_GPU_MALLOC_PAIR, 0, 4, 0, 3 * MiB, true},
+        {"malloc_1_3_large", SPAN_GPU_MALLOC_PAIR, 0, 4, MiB, 0, true},
+        /* hipMemCreate handles of POSIX fds (PyTorch's expandable segments
+         * on ROCm): rocm_ipc's IPC handles refuse them (ROCm/clr #265) */
+        {"vmm_1_handle", SPAN_GPU_VMM, 1, 4, 0, 0, false},
+        {"vmm_16_handles", SPAN_GPU_VMM, 16, 1, 0, 0, false},
+        {"vmm_16_sub_odd", SPAN_GPU_VMM, 16, 1, 3 * MiB + 4109, 5 * MiB + 13,
+         false},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        rocm, rocm_pair,
+        ::testing::Combine(::testing::ValuesIn(cases()), ::testing::Bool()),
+        [](const ::testing::TestParamInfo<rocm_pair::ParamType> &info) {
+            return std::string(std::get<0>(info.param).name) +
+                   (std::get<1>(info.param) ? "_twin" : "_native");
+        });
+
+/*
+ * One process, the twin MD itself: what registrations of VMM memory
+ * export, and what an importer (this process, through pidfd_getfd as a
+ * peer's would) maps from their keys.
+ */
+class rocm_md : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (!gpu_present) {
+            GTEST_SKIP() << gpu_reason;
+        }
+        char reason[256];
+        ASSERT_TRUE(span_gpu_init(reason, sizeof(reason))) << reason;
+        m_md = span_md_open_by_name("span", "rocm_ipc+");
+        ASSERT_NE(nullptr, m_md) << "no rocm_ipc+ (UCX_MODULE_DIR?)";
+        m_unit = std::max(span_gpu_vmm_granularity(), MiB);
+    }
+
+    void TearDown() override
+    {
+        if (m_md != nullptr) {
+            uct_md_close(m_md);
+        }
+    }
+
+    uct_mem_h reg(void *ptr, size_t length)
+    {
+        uct_md_mem_reg_params_t params = {};
+        uct_mem_h memh                 = nullptr;
+        params.field_mask = UCT_MD_MEM_REG_FIELD_MEM_TYPE;
+        params.mem_type   = UCS_MEMORY_TYPE_ROCM;
+        EXPECT_EQ(UCS_OK, m_md->ops->mem_reg(m_md, ptr, length, &params,
+                                             &memh));
+        return memh;
+    }
+
+    void dereg(uct_mem_h memh)
+    {
+        uct_md_mem_dereg_params_t params = {};
+        params.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH;
+        params.memh       = memh;
+        EXPECT_EQ(UCS_OK, m_md->ops->mem_dereg(m_md, &params));
+    }
+
+    std::vector<uint8_t> pack(uct_mem_h memh, void *ptr, size_t length)
+    {
+        uct_md_mkey_pack_params_t params = {};
+        std::vector<uint8_t> key(256, 0);
+        EXPECT_EQ(UCS_OK, m_md->ops->mkey_pack(m_md, memh, ptr, length,
+                                               &params, key.data()));
+        return key;
+    }
+
+    ucs_status_t unpack(const std::vector<uint8_t> &key)
+    {
+        uct_rkey_bundle_t bundle;
+        ucs_status_t status = uct_rkey_unpack(m_md->component, key.data(),
+                                              &bundle);
+        if (status == UCS_OK) {
+            uct_rkey_release(m_md->component, &bundle);
+        }
+        return status;
+    }
+
+    uct_md_h m_md   = nullptr;
+    size_t   m_unit = 0;
+};
+
+/* A layer view inside a hipMalloc allocation is registered with the whole
+ * allocation, and every other view inside it shares that registration */
+TEST_F(rocm_md, views_inside_an_allocation_share_its_registration)
+{
+    span_gpu_buf_t buf;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, 16 * MiB, 0, NULL, &buf));
+    uct_mem_h a = reg((char*)buf.ptr + 3 * MiB + 4109, MiB);
+    uct_mem_h b = reg((char*)buf.ptr + 9 * MiB + 1, 2 * MiB);
+    EXPECT_EQ(a, b);
+    std::vector<uint8_t> key = pack(a, (char*)buf.ptr + 3 * MiB + 4109, MiB);
+    EXPECT_EQ(UCS_OK, unpack(key));
+    dereg(b);
+    dereg(a);
+    span_gpu_free(&buf);
+}
+
+/* A segment registered, grown and registered again exports only its new
+ * handles: one descriptor per handle, not per registration */
+TEST_F(rocm_md, registrations_of_a_growing_segment_share_their_exports)
+{
+    span_gpu_buf_t buf;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 6 * m_unit, 6, NULL, &buf));
+    int before = test_open_fds();
+
+    uct_mem_h a = reg(buf.ptr, 4 * m_unit);
+    int first   = test_open_fds() - before;
+    uct_mem_h b = reg(buf.ptr, 6 * m_unit);
+    int second  = test_open_fds() - before - first;
+    printf("ROCM md| exports | descriptors: %d for 4 handles, %d more for 6 "
+           "|\n", first, second);
+    EXPECT_GE(first, 4); /* and the export table, the first time */
+    EXPECT_LE(first, 5);
+    EXPECT_EQ(2, second);
+    dereg(b);
+    EXPECT_EQ(before + first, test_open_fds()) << "the shared 4 are still held";
+    dereg(a);
+    EXPECT_LE(test_open_fds(), before + 1); /* the table stays */
+    span_gpu_free(&buf);
+}
+
+/* A buffer inside any handle of a registration is served by it, and the
+ * registration's key carries its 16 units inline (span rkey flags: bit 1
+ * spilled, bit 2 span's VMM keys) */
+TEST_F(rocm_md, a_buffer_in_a_later_handle_is_served_by_the_registration)
+{
+    span_gpu_buf_t buf;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 16 * m_unit, 16, NULL,
+                                     &buf));
+    uct_mem_h whole          = reg(buf.ptr, 16 * m_unit);
+    std::vector<uint8_t> key = pack(whole, buf.ptr, 16 * m_unit);
+    printf("ROCM md| 16 handles | rkey flags 0x%x |\n", key[1]);
+    EXPECT_EQ(0x4, key[1] & 0x6) << "spilled, or not span's VMM keys";
+    EXPECT_EQ(UCS_OK, unpack(key));
+
+    int before    = test_open_fds();
+    char *inside  = (char*)buf.ptr + (11 * m_unit) + 4109;
+    uct_mem_h sub = reg(inside, m_unit); /* over handles 11 and 12 */
+    EXPECT_EQ(whole, sub);
+    EXPECT_EQ(before, test_open_fds()) << "exported again";
+    dereg(sub);
+    dereg(whole);
+    span_gpu_free(&buf);
+}
+
+/* A key kept past its deregistration names a descriptor number that the
+ * next export takes: refused, not mapped as the other memory */
+TEST_F(rocm_md, a_key_of_a_withdrawn_export_is_refused)
+{
+    span_gpu_buf_t a, b;
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_unit, 1, NULL, &a));
+    uct_mem_h ma                 = reg(a.ptr, m_unit);
+    std::vector<uint8_t> old_key = pack(ma, a.ptr, m_unit);
+    EXPECT_EQ(UCS_OK, unpack(old_key));
+    dereg(ma);
+    span_gpu_free(&a);
+
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_unit, 1, NULL, &b));
+    uct_mem_h mb                 = reg(b.ptr, m_unit);
+    std::vector<uint8_t> new_key = pack(mb, b.ptr, m_unit);
+    ucs_status_t status          = unpack(old_key);
+    printf("ROCM md| stale key | old key after its export was withdrawn: %s "
+           "|\n", ucs_status_string(status));
+    EXPECT_NE(UCS_OK, status);
+    EXPECT_EQ(UCS_OK, unpack(new_key));
+    dereg(mb);
+    span_gpu_free(&b);
+}
+
+/* Unmapping the memory withdraws its export at once, while a registration
+ * still holds it */
+TEST_F(rocm_md, an_unmapped_unit_is_withdrawn_while_registered)
+{
+    span_gpu_buf_t a;
+    /* a table made beforehand: counts below are the exports' */
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_unit, 1, NULL, &a));
+    dereg(reg(a.ptr, m_unit));
+    span_gpu_free(&a);
+
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 2 * m_unit, 2, NULL, &a));
+    int allocated            = test_open_fds(); /* the emulator's handles
+                                                    are descriptors too */
+    uct_mem_h ma             = reg(a.ptr, 2 * m_unit);
+    std::vector<uint8_t> key = pack(ma, a.ptr, 2 * m_unit);
+    int exported             = test_open_fds() - allocated;
+    span_gpu_free(&a); /* hipMemUnmap: an unmapped range */
+    int open_after           = test_open_fds() - allocated;
+    printf("ROCM md| unmap | exports: %d, still open at the unmap: %d |\n",
+           exported, (open_after > 0) ? open_after : 0);
+    EXPECT_EQ(2, exported);
+    EXPECT_LE(open_after, 0) << "an export outlived the unmap";
+    EXPECT_NE(UCS_OK, unpack(key));
+    dereg(ma);
+}
+
+/* Whether the component lists the MD among its resources (rocm_ipc lists
+ * none where HSA finds no device) */
+bool has_md(const char *component_name, const char *md_name)
+{
+    uct_component_h component = span_component_by_name(component_name);
+    uct_component_attr_t attr = {};
+    bool found                = false;
+
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    if ((component == nullptr) ||
+        (uct_component_query(component, &attr) != UCS_OK)) {
+        return false;
+    }
+    std::vector<uct_md_resource_desc_t> mds(attr.md_resource_count);
+    attr.field_mask   = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    attr.md_resources = mds.data();
+    if (uct_component_query(component, &attr) != UCS_OK) {
+        return false;
+    }
+    for (auto &md : mds) {
+        found |= !strcmp(md.md_name, md_name);
+    }
+    return found;
+}
+
+/* Whether UCX has its rocm_ipc MD and span its twin, asked in a child:
+ * UCX's rocm module initializes HSA, which does not survive fork */
+bool rocm_ucx_probe(char *reason, size_t size)
+{
+    int pipefd[2], status;
+    ssize_t got;
+
+    if (pipe(pipefd) != 0) {
+        snprintf(reason, size, "pipe failed");
+        return false;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        bool native     = has_md("rocm_ipc", "rocm_ipc");
+        bool twin       = has_md("span", "rocm_ipc+");
+        const char *why = !native ?
+                          "UCX has no rocm_ipc MD (no rocm module: build UCX "
+                          "with contrib/ucx_rocm_build.sh; or HSA finds no "
+                          "device)" :
+                          !twin ? "no rocm_ipc+ twin (UCX_MODULE_DIR?)" : "";
+        if (write(pipefd[1], why, strlen(why) + 1) < 0) {
+            _exit(2);
+        }
+        _exit((native && twin) ? 0 : 1);
+    }
+    close(pipefd[1]);
+    got = (pid > 0) ? read(pipefd[0], reason, size - 1) : -1;
+    reason[(got > 0) ? got : 0] = '\0';
+    close(pipefd[0]);
+    return (pid > 0) && (waitpid(pid, &status, 0) == pid) &&
+           WIFEXITED(status) && (WEXITSTATUS(status) == 0);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    setenv("SPAN_GPU_RUNTIME", "rocm", 1);
+    /* asked in children: this process must fork before it touches HIP */
+    gpu_present = span_gpu_probe(gpu_reason, sizeof(gpu_reason)) &&
+                  rocm_ucx_probe(gpu_reason, sizeof(gpu_reason));
+    if (!gpu_present) {
+        printf("ROCm GPU test skipped: %s\n", gpu_reason);
+        int rc = RUN_ALL_TESTS();
+        return (rc == 0) ? 77 : rc;
+    }
+    if (getenv("SPAN_GPU_TEST_ALONE") != NULL) {
+        return RUN_ALL_TESTS();
+    }
+    return run_each_test_alone("/proc/self/exe");
+}

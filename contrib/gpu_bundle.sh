@@ -21,7 +21,8 @@ cp "$ucx"/libucx_cu13.libs/*.so* "$out/ucx/lib/" # for ucx_perftest and its cuda
 # both names: UCX takes the extension of its own libucs (.so.0, NIXL .so.0.0.0)
 cp -L "$top/src/uct/.libs/libuct_span.so.0" "$top/src/uct/.libs/libuct_span.so.0.0.0" \
     "$top/src/uct/.libs/libspan_impl.so" "$out/span/"
-for prog in test/span_gpu_test span-check contrib/span_bench_gpu; do
+for prog in test/span_gpu_test test/span_gpu_rocm_test span-check \
+        contrib/span_bench_gpu; do
     [ -x "$top/$prog" ] && cp "$top/$prog" "$out/bin/"
 done
 # NIXL's UCX 1.23 (what contrib/setup.sh unpacked): its four libraries and

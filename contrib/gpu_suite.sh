@@ -16,11 +16,13 @@
 #     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
 #     contrib/nixl_bundle.sh's copy of NIXL.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234U56789PN)
+#  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
+#     in $SPAN_UCX_ROCM_PREFIX (contrib/ucx_rocm_build.sh); skipped elsewhere.
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234U56789PNR)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-1234U56789PN}
+parts=${2:-1234U56789PNR}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -230,6 +232,15 @@ cudart=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)
     exit $((r | ${PIPESTATUS[0]}))
 )
 rc=$((rc | $?))
+}
+
+part R && {
+echo
+echo "## R. ROCm: rocm_ipc vs rocm_ipc+ on an AMD GPU"
+SPAN_ROCM_RUNTIME=real SPAN_ROCM_TEST=$gpu/bin/span_gpu_rocm_test \
+    UCX_MODULE_DIR=$gpu/span "$top/test/rocm/run.sh"
+r=$?
+[ "$r" -eq 77 ] || rc=$((rc | r))
 }
 
 part N && {

@@ -7,10 +7,15 @@
 # ucx_perftest -m rocm runs over both. Prints one table, native beside twin.
 # Skipped (77), with the reason, where the UCX build or the emulator is
 # missing: CI has neither UCX's source nor a way to fetch it.
+# SPAN_ROCM_RUNTIME=real runs the same on an AMD GPU, without the emulator
+# (contrib/gpu_suite.sh part R); SPAN_ROCM_TEST names the test program and
+# UCX_MODULE_DIR the plugin's directory where they are not the build's.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
 prefix=${SPAN_UCX_ROCM_PREFIX:-}
+runtime=${SPAN_ROCM_RUNTIME:-emulated}
+test_prog=${SPAN_ROCM_TEST:-$build/test/span_gpu_rocm_test}
 emu=$build/test/rocm_emu/.libs
 
 skip() {
@@ -23,19 +28,28 @@ skip() {
          "contrib/ucx_rocm_build.sh UCX_SOURCE PREFIX, then set it to PREFIX)"
 [ -e "$prefix/lib/ucx/libuct_rocm.so.0" ] ||
     skip "no UCX rocm module in $prefix/lib/ucx (contrib/ucx_rocm_build.sh)"
-[ -e "$emu/libhsa-runtime64.so.1" ] ||
-    skip "the emulated ROCm runtime was not built (configure found no ROCm" \
-         "headers: libhsa-runtime-dev, libamdhip64-dev)"
-
-export LD_LIBRARY_PATH=$emu:$prefix/lib
-export UCX_MODULE_DIR=$build/src/uct/.libs UCX_WARN_UNUSED_ENV_VARS=n
+if [ "$runtime" = real ]; then
+    export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    where="on the ROCm runtime of this machine"
+else
+    [ -e "$emu/libhsa-runtime64.so.1" ] ||
+        skip "the emulated ROCm runtime was not built (configure found no" \
+             "ROCm headers: libhsa-runtime-dev, libamdhip64-dev)"
+    export LD_LIBRARY_PATH=$emu:$prefix/lib
+    where="on the emulated ROCm runtime in $emu"
+fi
+export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$build/src/uct/.libs}
+export UCX_WARN_UNUSED_ENV_VARS=n
 version=$("$prefix/bin/ucx_info" -v | sed -n 's/^# Library version: //p')
-echo "UCX $version from $prefix, on the emulated ROCm runtime in $emu"
+echo "UCX $version from $prefix, $where"
 
 rc=0
 listed=$("$prefix/bin/ucx_info" -d | grep -E '^# +Transport: rocm_(ipc|copy)\+?$' |
          awk '{print $3}' | sort | paste -sd' ')
 echo "ucx_info -d transports: $listed"
+if [ "$runtime" = real ] && [ -z "$listed" ]; then
+    skip "UCX lists no rocm transport: HSA finds no AMD GPU here"
+fi
 for tl in rocm_copy rocm_ipc rocm_ipc+; do
     case " $listed " in
     *" $tl "*) ;;
@@ -45,8 +59,12 @@ done
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-timeout 1200 "$build/test/span_gpu_rocm_test" >"$out" 2>&1
+timeout 1200 "$test_prog" >"$out" 2>&1
 test_rc=$?
+if [ "$test_rc" -eq 77 ]; then
+    grep -a 'skipped:' "$out"
+    exit 77
+fi
 grep -a -E 'Failure|FAILED|test\(s\) failed|skipped' "$out" |
     grep -v -e '^ROCM' -e 'listed below' | head -40
 [ "$test_rc" -eq 0 ] || rc=$test_rc

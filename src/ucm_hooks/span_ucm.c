@@ -15,6 +15,7 @@
 
 static pthread_mutex_t span_ucm_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned        span_ucm_users;
+static int             span_ucm_unmap_withdraws; /* a ROCm twin is open */
 
 static void span_ucm_event(ucm_event_type_t event_type, ucm_event_t *event,
                            void *arg)
@@ -22,11 +23,11 @@ static void span_ucm_event(ucm_event_type_t event_type, ucm_event_t *event,
     if (event_type == UCM_EVENT_VM_UNMAPPED) {
         span_registry_invalidate((uintptr_t)event->vm_unmapped.address,
                                  event->vm_unmapped.size);
-        /* UCM reports no free of ROCm's VMM handles (its rocm hooks see
-         * hsa_amd_memory_pool_free only): their unmap, where the runtime
-         * unmaps the host's view too, is an unmapped range */
-        span_cuda_vmm_export_invalidate((uintptr_t)event->vm_unmapped.address,
-                                        event->vm_unmapped.size);
+        if (__atomic_load_n(&span_ucm_unmap_withdraws, __ATOMIC_RELAXED)) {
+            span_cuda_vmm_export_invalidate(
+                    (uintptr_t)event->vm_unmapped.address,
+                    event->vm_unmapped.size);
+        }
     } else if (event_type == UCM_EVENT_MEM_TYPE_FREE) {
         span_registry_invalidate((uintptr_t)event->mem_type.address,
                                  event->mem_type.size);
@@ -64,4 +65,9 @@ void span_ucm_unsubscribe(void)
         ucm_unset_event_handler(SPAN_UCM_EVENTS, span_ucm_event, NULL);
     }
     pthread_mutex_unlock(&span_ucm_lock);
+}
+
+void span_ucm_unmap_withdraws_exports(void)
+{
+    __atomic_store_n(&span_ucm_unmap_withdraws, 1, __ATOMIC_RELAXED);
 }

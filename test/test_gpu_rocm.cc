@@ -3,7 +3,7 @@
  * rocm_ipc+, put and get of the device memory users register, every byte
  * checked where it landed. It runs wherever HIP finds a device and UCX has
  * its rocm module: on an AMD GPU, or on the emulated ROCm runtime
- * (test/rocm_emu) with a UCX built from its tag (contrib/ucx_rocm_build.sh;
+ * (test/rocm_emu) with a UCX built from its tag (README, "ROCm";
  * test/rocm/run.sh). Elsewhere every test reports itself skipped and the
  * program exits 77.
  *
@@ -552,7 +552,7 @@ bool rocm_ucx_probe(char *reason, size_t size)
         bool twin       = has_md("span", "rocm_ipc+");
         const char *why = !native ?
                           "UCX has no rocm_ipc MD (no rocm module: build UCX "
-                          "with contrib/ucx_rocm_build.sh; or HSA finds no "
+                          "with --with-rocm (README, ROCm); or HSA finds no "
                           "device)" :
                           !twin ? "no rocm_ipc+ twin (UCX_MODULE_DIR?)" : "";
         if (write(pipefd[1], why, strlen(why) + 1) < 0) {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The ROCm leg: UCX's own rocm modules, built from UCX's tag by
-# contrib/ucx_rocm_build.sh into $SPAN_UCX_ROCM_PREFIX, on the emulated ROCm
+# UCX 1.22 built with --with-rocm into $SPAN_UCX_ROCM_PREFIX (README, "ROCm"), on the emulated ROCm
 # runtime (test/rocm_emu) first in the library path: ucx_info -d lists
 # rocm_ipc and rocm_ipc+, the ROCm GPU test (test/test_gpu_rocm.cc) moves
 # bytes between two processes over rocm_ipc and rocm_ipc+, and
@@ -25,9 +25,9 @@ skip() {
 
 [ -n "$prefix" ] ||
     skip "SPAN_UCX_ROCM_PREFIX is not set (build UCX's rocm modules with" \
-         "contrib/ucx_rocm_build.sh UCX_SOURCE PREFIX, then set it to PREFIX)"
+         "UCX 1.22 with --with-rocm=/usr into PREFIX (README, ROCm), then set it to PREFIX)"
 [ -e "$prefix/lib/ucx/libuct_rocm.so.0" ] ||
-    skip "no UCX rocm module in $prefix/lib/ucx (contrib/ucx_rocm_build.sh)"
+    skip "no UCX rocm module in $prefix/lib/ucx (README, "ROCm": a UCX built with --with-rocm)"
 if [ "$runtime" = real ]; then
     export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     where="on the ROCm runtime of this machine"

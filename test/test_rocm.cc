@@ -296,10 +296,6 @@ int rocm_unit_holds(const void *owner, uint64_t addr, uint64_t id)
     return (registry_ops->buffer_id(addr, &now) == UCS_OK) && (now == id);
 }
 
-void no_destroy(span_registry_entry_t *entry)
-{
-}
-
 struct rocm_entry {
     span_registry_entry_t             entry{};
     std::vector<span_registry_unit_t> units;
@@ -322,7 +318,6 @@ struct rocm_entry {
         entry.unit_size = extent.unit_size;
         entry.num_units = extent.num_units;
         entry.units     = units.data();
-        entry.destroy   = no_destroy;
         entry.stats     = &stats;
         span_registry_add(&entry);
     }

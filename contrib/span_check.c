@@ -2,14 +2,18 @@
  * span-check: moves real bytes between two local processes over a native
  * transport and over its span twin, and prints one table of what a user
  * would check: did the transfer succeed, did every byte land where it
- * should (and nowhere else), how fast was it.
+ * should (and nowhere else), how fast was it. With -c the target is on
+ * another node, where span-check -l serves targets.
  */
 #include "test/harness/span_gpu.h"
 #include "test/harness/span_pair.h"
 #include "test/harness/span_stats.h"
 
+#include <ucs/sys/uid.h>
+
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +41,8 @@ typedef struct {
     unsigned         num_tls;
     span_check_tls_t gpu_tls;  /* device memory scenarios, with a GPU */
     int              gpu;      /* a GPU is present */
+    const char       *remote;  /* host:port of a span-check -l, or NULL */
+    const char       *listen;  /* host:port to serve targets at, or NULL */
 } span_check_opts_t;
 
 typedef struct {
@@ -46,6 +52,7 @@ typedef struct {
     size_t       wrong;      /* of those, bytes that differ */
     double       put_gbps;   /* median; 0 where not measured */
     double       get_gbps;
+    span_pair_peer_t target; /* -c: who served the scenario */
 } span_check_result_t;
 
 typedef struct span_check_scenario span_check_scenario_t;
@@ -310,8 +317,10 @@ static const char *span_check_verdict(const span_check_scenario_t *scenario,
 
 static void span_check_gbps(char *buf, size_t size, double gbps)
 {
-    if (gbps > 0) {
+    if (gbps >= 0.1) {
         snprintf(buf, size, "%.2f", gbps);
+    } else if (gbps > 0) { /* an emulated device: MB/s show */
+        snprintf(buf, size, "%.4f", gbps);
     } else {
         snprintf(buf, size, "-");
     }
@@ -370,6 +379,25 @@ static void span_check_print_table(void)
     }
 }
 
+/* Where the targets of -c ran, each host once */
+static void span_check_print_targets(void)
+{
+    const span_pair_peer_t *t;
+    unsigned i, j;
+
+    for (i = 0; i < span_check_num_rows; ++i) {
+        t = &span_check_rows[i].result.target;
+        for (j = 0; (j < i) &&
+                    (span_check_rows[j].result.target.system_id !=
+                     t->system_id); ++j) {
+        }
+        if ((j == i) && (t->system_id != 0)) {
+            printf("targets ran on %s (UCX system id 0x%" PRIx64 ")\n",
+                   t->hostname, t->system_id);
+        }
+    }
+}
+
 /* Both processes of a scenario; 1 when the target did not exit cleanly */
 static int span_check_pair_run(const span_check_opts_t *opts,
                                const span_check_scenario_t *scenario,
@@ -379,8 +407,14 @@ static int span_check_pair_run(const span_check_opts_t *opts,
     span_pair_t pair;
     int unclean;
 
-    result->put_status = span_pair_start(&pair, SPAN_PAIR_FORK, tls,
-                                         UCP_FEATURE_RMA);
+    if (opts->remote != NULL) {
+        result->put_status = span_pair_start_remote(&pair, opts->remote, tls,
+                                                    UCP_FEATURE_RMA, 0);
+        result->target     = pair.peer;
+    } else {
+        result->put_status = span_pair_start(&pair, SPAN_PAIR_FORK, tls,
+                                             UCP_FEATURE_RMA);
+    }
     result->get_status = UCS_INPROGRESS;
     if (result->put_status != UCS_OK) {
         return 0;
@@ -504,7 +538,8 @@ static void span_check_set_module_dir(char **argv)
 static void span_check_usage(void)
 {
     printf("Usage: span-check [-s SIZE_MiB] [-r REPS] [-t NATIVE_TLS:TWIN_TLS]"
-           "... [-g NATIVE_TLS:TWIN_TLS]\n"
+           "... [-g NATIVE_TLS:TWIN_TLS] [-c HOST:PORT]\n"
+           "       span-check -l HOST:PORT\n"
            "  -s  buffer size in MiB (default 64)\n"
            "  -r  repetitions per transfer, the median is shown (default 5,"
            " at most %d)\n"
@@ -513,6 +548,10 @@ static void span_check_usage(void)
            "  -g  the UCX_TLS pair of the GPU scenarios, run when a GPU is\n"
            "      present (default cuda_copy,cuda_ipc,posix:"
            "cuda_copy,cuda_ipc+,posix; none: skip them)\n"
+           "  -c  the target of every scenario on another node: a process\n"
+           "      that span-check -l there starts for it (it reads the\n"
+           "      UCX_SPAN_* variables of this process); no GPU scenarios\n"
+           "  -l  serve targets for span-check -c at HOST:PORT, until killed\n"
            "Exit status: 0 when every twin row is correct.\n",
            SPAN_CHECK_MAX_REPS);
 }
@@ -526,8 +565,14 @@ static int span_check_parse(int argc, char **argv, span_check_opts_t *opts)
     opts->reps           = 5;
     opts->gpu_tls.native = "cuda_copy,cuda_ipc,posix";
     opts->gpu_tls.twin   = "cuda_copy,cuda_ipc+,posix";
-    while ((c = getopt(argc, argv, "s:r:t:g:h")) != -1) {
+    while ((c = getopt(argc, argv, "s:r:t:g:c:l:h")) != -1) {
         switch (c) {
+        case 'c':
+            opts->remote = optarg;
+            break;
+        case 'l':
+            opts->listen = optarg;
+            break;
         case 'g':
             colon = strchr(optarg, ':');
             opts->gpu_tls.native = optarg;
@@ -585,12 +630,22 @@ int main(int argc, char **argv)
     if (span_check_parse(argc, argv, &opts) != 0) {
         return 2;
     }
-    opts.gpu = (opts.gpu_tls.twin != NULL) &&
+    if (opts.listen != NULL) {
+        return span_pair_serve(opts.listen);
+    }
+    /* the GPU scenarios are local ones */
+    opts.gpu = (opts.gpu_tls.twin != NULL) && (opts.remote == NULL) &&
                span_gpu_probe(reason, sizeof(reason));
     printf("span-check: %zu MiB, median of %u, two processes, "
            "UCX_MODULE_DIR=%s\n", opts.size >> 20, opts.reps,
            getenv("UCX_MODULE_DIR"));
-    if (!opts.gpu && (opts.gpu_tls.twin != NULL)) {
+    if (opts.remote != NULL) {
+        gethostname(reason, sizeof(reason));
+        printf("span-check: the initiator here on %s (UCX system id 0x%"
+               PRIx64 "), every target on the node of %s\n", reason,
+               ucs_get_system_id(), opts.remote);
+    }
+    if (!opts.gpu && (opts.gpu_tls.twin != NULL) && (opts.remote == NULL)) {
         printf("span-check: no GPU scenarios: %s\n", reason);
     }
     for (i = 0; i < opts.num_tls; ++i) {
@@ -607,5 +662,8 @@ int main(int argc, char **argv)
     }
     printf("\n");
     span_check_print_table();
+    if (opts.remote != NULL) {
+        span_check_print_targets();
+    }
     return failed;
 }

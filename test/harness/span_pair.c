@@ -1,13 +1,20 @@
 /*
  * Two-process (or loopback) UCP harness shared by span-check and the tests.
- * The target answers fixed-size commands over a socketpair and progresses
- * its worker in between, so rendezvous and emulated atomics complete.
+ * The target answers fixed-size commands over a socketpair (a TCP
+ * connection in remote mode) and progresses its worker in between, so
+ * rendezvous and emulated atomics complete.
  */
 #include "span_pair.h"
 #include "span_gpu.h"
 
+#include <ucs/sys/uid.h>
+
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -25,6 +33,13 @@
 
 #define SPAN_PAIR_MAX_REGIONS 16
 #define SPAN_PAIR_MAX_RKEY    4096
+/* What a remote initiator may send: UCX_TLS, and UCX_SPAN_* variables */
+#define SPAN_PAIR_MAX_TLS     256
+#define SPAN_PAIR_MAX_ENV     4096
+#define SPAN_PAIR_ENV_PREFIX  "UCX_SPAN_"
+#define SPAN_PAIR_MAGIC       0x315249415053ull /* "SPAIR1" */
+/* A remote target's last word after QUIT: how long it may take to clean up */
+#define SPAN_PAIR_EXIT_WAIT_MS 30000
 
 enum {
     SPAN_PAIR_CMD_MAP,
@@ -34,6 +49,8 @@ enum {
     SPAN_PAIR_CMD_READ64,
     SPAN_PAIR_CMD_TAG,
     SPAN_PAIR_CMD_REMAP,
+    SPAN_PAIR_CMD_PINNED,
+    SPAN_PAIR_CMD_KILL,
     SPAN_PAIR_CMD_QUIT
 };
 
@@ -49,6 +66,15 @@ typedef struct {
     uint32_t rkey_size; /* rkey bytes follow */
 } span_pair_reply_t;
 
+/* What a remote initiator sends first: UCX_TLS (tls_len bytes) and
+ * env_len bytes of NAME=VALUE strings, each ending in a NUL, follow */
+typedef struct {
+    uint64_t magic;
+    uint64_t features;
+    uint32_t tls_len;
+    uint32_t env_len;
+} span_pair_hello_t;
+
 typedef struct {
     void           *buf;    /* mem.ptr while mapped */
     size_t         length;
@@ -60,6 +86,8 @@ typedef struct span_pair_target {
     ucp_context_h             context;
     ucp_worker_h              worker;
     span_pair_target_region_t regions[SPAN_PAIR_MAX_REGIONS];
+    uint64_t                  map_pinned; /* VmPin bytes the last
+                                             ucp_mem_map added */
 } span_pair_target_t;
 
 static const uint64_t span_pair_tag = 0x5a5a;
@@ -145,8 +173,18 @@ static ucs_status_t span_pair_wait(ucp_worker_h worker, void *request)
  * would have answered ends instead of spinning forever */
 static int span_pair_target_gone(span_pair_t *pair)
 {
+    struct pollfd pfd = {.fd = pair->sock, .events = POLLIN};
     int wstatus;
+    char c;
 
+    if ((pair->mode == SPAN_PAIR_REMOTE) && !pair->target_dead &&
+        (poll(&pfd, 1, 0) == 1) &&
+        (recv(pair->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)) {
+        /* a target sends nothing unasked: this is its connection ending */
+        fprintf(stderr, "span_pair: target process %u on %s is gone (its "
+                "connection closed)\n", pair->peer.pid, pair->peer.hostname);
+        pair->target_dead = 1;
+    }
     if ((pair->mode != SPAN_PAIR_FORK) || pair->target_dead) {
         return pair->target_dead;
     }
@@ -219,12 +257,35 @@ out_release:
 
 /* Target side */
 
+/* VmPin of this process, in bytes */
+static ucs_status_t span_pair_pinned(uint64_t *bytes)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long kib;
+    ucs_status_t status = UCS_ERR_NO_ELEM;
+
+    if (f == NULL) {
+        return UCS_ERR_IO_ERROR;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmPin: %lu kB", &kib) == 1) {
+            *bytes = kib * 1024;
+            status = UCS_OK;
+            break;
+        }
+    }
+    fclose(f);
+    return status;
+}
+
 /* Registers [reg_offset, + reg_length) of region id and packs its rkey */
 static void span_pair_target_register(span_pair_target_t *t, unsigned id,
                                       size_t reg_offset, size_t reg_length,
                                       span_pair_reply_t *reply, void **rkey_buf)
 {
     ucp_mem_map_params_t params = {0};
+    uint64_t pinned;
     size_t rkey_size;
 
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
@@ -235,10 +296,15 @@ static void span_pair_target_register(span_pair_target_t *t, unsigned id,
     }
     params.address    = (uint8_t*)t->regions[id].buf + reg_offset;
     params.length     = reg_length;
+    if (span_pair_pinned(&pinned) != UCS_OK) {
+        pinned = 0;
+    }
     reply->status     = ucp_mem_map(t->context, &params, &t->regions[id].memh);
     if (reply->status != UCS_OK) {
         return;
     }
+    t->map_pinned = (span_pair_pinned(&t->map_pinned) == UCS_OK) ?
+                    t->map_pinned - pinned : 0;
     reply->status = ucp_rkey_pack(t->context, t->regions[id].memh, rkey_buf,
                                   &rkey_size);
     if (reply->status != UCS_OK) {
@@ -475,7 +541,8 @@ static int span_pair_target_handle(span_pair_target_t *t,
     memset(reply, 0, sizeof(*reply));
     *rkey_buf = NULL;
     if ((cmd->op == SPAN_PAIR_CMD_QUIT) || (cmd->op == SPAN_PAIR_CMD_MAP) ||
-        (cmd->op == SPAN_PAIR_CMD_TAG)) {
+        (cmd->op == SPAN_PAIR_CMD_TAG) || (cmd->op == SPAN_PAIR_CMD_PINNED) ||
+        (cmd->op == SPAN_PAIR_CMD_KILL)) {
         /* no region argument */
     } else if (!span_pair_target_valid(t, cmd, cmd->arg[0],
                                        (cmd->op == SPAN_PAIR_CMD_CHECK) ?
@@ -485,7 +552,8 @@ static int span_pair_target_handle(span_pair_target_t *t,
     }
 
     buf = (cmd->op == SPAN_PAIR_CMD_MAP) || (cmd->op == SPAN_PAIR_CMD_TAG) ||
-          (cmd->op == SPAN_PAIR_CMD_QUIT) ? NULL : t->regions[cmd->id].buf;
+          (cmd->op == SPAN_PAIR_CMD_QUIT) || (cmd->op == SPAN_PAIR_CMD_PINNED) ||
+          (cmd->op == SPAN_PAIR_CMD_KILL) ? NULL : t->regions[cmd->id].buf;
     switch (cmd->op) {
     case SPAN_PAIR_CMD_MAP:
         span_pair_target_map(t, cmd, reply, rkey_buf);
@@ -522,6 +590,13 @@ static int span_pair_target_handle(span_pair_target_t *t,
         reply->value[0] = span_pair_target_tag_wait(t, req, buf, cmd->arg[0],
                                                     cmd->arg[1], &status);
         reply->status   = status;
+        break;
+    case SPAN_PAIR_CMD_PINNED:
+        reply->status   = span_pair_pinned(&reply->value[0]);
+        reply->value[1] = t->map_pinned;
+        break;
+    case SPAN_PAIR_CMD_KILL:
+        kill(getpid(), SIGKILL); /* as kill -9 from outside: no cleanup */
         break;
     case SPAN_PAIR_CMD_QUIT:
         return 1;
@@ -615,13 +690,30 @@ static ucs_status_t span_pair_call(span_pair_t *pair, span_pair_cmd_t *cmd,
     return reply->status;
 }
 
+static void span_pair_ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    span_pair_t *pair = arg;
+
+    fprintf(stderr, "span_pair: endpoint to the target failed: %s\n",
+            ucs_status_string(status));
+    pair->ep_error = status;
+}
+
 static ucs_status_t span_pair_connect(span_pair_t *pair,
-                                      const ucp_address_t *address)
+                                      const ucp_address_t *address,
+                                      unsigned flags)
 {
     ucp_ep_params_t params = {0};
 
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address    = address;
+    if (flags & SPAN_PAIR_FLAG_PEER_ERRORS) {
+        params.field_mask      |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.err_mode         = UCP_ERR_HANDLING_MODE_PEER;
+        params.err_handler.cb   = span_pair_ep_failed;
+        params.err_handler.arg  = pair;
+    }
     return ucp_ep_create(pair->worker, &params, &pair->ep);
 }
 
@@ -654,13 +746,38 @@ int span_pair_target_main(void)
                                   strtoull(features, NULL, 0));
 }
 
-static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
-                                          uint64_t features,
-                                          char *const argv[])
+/* The initiator's half once the target is up: the target's worker address
+ * from the socket, UCP here, the endpoint */
+static ucs_status_t span_pair_start_initiator(span_pair_t *pair,
+                                              const char *tls,
+                                              uint64_t features,
+                                              unsigned flags)
 {
     ucs_status_t status = UCS_ERR_IO_ERROR;
     uint64_t length;
     void *address;
+
+    if (span_pair_io(pair->sock, &length, sizeof(length), 0) ||
+        (length == 0) || (length > 65536)) {
+        return UCS_ERR_IO_ERROR;
+    }
+    address = malloc(length);
+    if ((address != NULL) &&
+        !span_pair_io(pair->sock, address, length, 0)) {
+        status = span_pair_ucp_init(tls, features, &pair->context,
+                                    &pair->worker);
+        if (status == UCS_OK) {
+            status = span_pair_connect(pair, address, flags);
+        }
+    }
+    free(address);
+    return status;
+}
+
+static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
+                                          uint64_t features,
+                                          char *const argv[])
+{
     pid_t parent;
     int fds[2];
 
@@ -685,23 +802,13 @@ static ucs_status_t span_pair_start_child(span_pair_t *pair, const char *tls,
     }
     close(fds[1]);
     pair->sock = fds[0];
-    if ((pair->child < 0) ||
-        span_pair_io(pair->sock, &length, sizeof(length), 0) ||
-        (length == 0) || (length > 65536)) {
+    if (pair->child < 0) {
         return UCS_ERR_IO_ERROR;
     }
-    address = malloc(length);
-    if ((address != NULL) &&
-        !span_pair_io(pair->sock, address, length, 0)) {
-        status = span_pair_ucp_init(tls, features, &pair->context,
-                                    &pair->worker);
-        if (status == UCS_OK) {
-            status = span_pair_connect(pair, address);
-        }
-    }
-    free(address);
-    return status;
+    return span_pair_start_initiator(pair, tls, features, 0);
 }
+
+static int span_pair_remote_exit(span_pair_t *pair);
 
 static void span_pair_init(span_pair_t *pair, span_pair_mode_t mode)
 {
@@ -744,7 +851,7 @@ ucs_status_t span_pair_start(span_pair_t *pair, span_pair_mode_t mode,
     if (status != UCS_OK) {
         return status;
     }
-    status = span_pair_connect(pair, address);
+    status = span_pair_connect(pair, address, 0);
     ucp_worker_release_address(pair->worker, address);
     return status;
 }
@@ -757,9 +864,11 @@ static void span_pair_ep_close(span_pair_t *pair)
         return;
     }
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags        = 0; /* flush */
-    if (span_pair_wait_target(pair, ucp_ep_close_nbx(pair->ep, &param)) !=
-        UCS_OK) {
+    /* an endpoint UCP's error handler reported failed cannot flush */
+    param.flags        = (pair->ep_error != UCS_OK) ?
+                         UCP_EP_CLOSE_FLAG_FORCE : 0;
+    if ((span_pair_wait_target(pair, ucp_ep_close_nbx(pair->ep, &param)) !=
+         UCS_OK) && (pair->ep_error == UCS_OK)) {
         /* the endpoint failed (e.g. after a refused access): drop it */
         param.flags = UCP_EP_CLOSE_FLAG_FORCE;
         span_pair_wait_target(pair, ucp_ep_close_nbx(pair->ep, &param));
@@ -784,6 +893,11 @@ int span_pair_stop(span_pair_t *pair)
         close(pair->sock);
         rc = (waitpid(pair->child, &wstatus, 0) != pair->child) ||
              !WIFEXITED(wstatus) || (WEXITSTATUS(wstatus) != 0);
+    } else if ((pair->mode == SPAN_PAIR_REMOTE) && !pair->target_dead &&
+               (pair->sock >= 0)) {
+        rc = (span_pair_call(pair, &cmd, &reply, NULL) != UCS_OK) ||
+             (span_pair_remote_exit(pair) != 0);
+        close(pair->sock);
     } else if (pair->target_dead) {
         close(pair->sock);
         rc = 1;
@@ -796,6 +910,323 @@ int span_pair_stop(span_pair_t *pair)
     }
     memset(pair, 0, sizeof(*pair));
     return rc;
+}
+
+/* Remote mode: a server forks a target per TCP connection */
+
+/* "host:port" into a socket address list; NULL on error (logged) */
+static struct addrinfo *span_pair_resolve(const char *address, int passive)
+{
+    struct addrinfo hints = {0}, *list = NULL;
+    char host[256];
+    const char *colon = strrchr(address, ':');
+    int ret;
+
+    if ((colon == NULL) || (colon == address) ||
+        ((size_t)(colon - address) >= sizeof(host))) {
+        fprintf(stderr, "span_pair: '%s' is not host:port\n", address);
+        return NULL;
+    }
+    memcpy(host, address, colon - address);
+    host[colon - address] = '\0';
+    hints.ai_family       = AF_INET;
+    hints.ai_socktype     = SOCK_STREAM;
+    hints.ai_flags        = passive ? AI_PASSIVE : 0;
+    ret = getaddrinfo(host, colon + 1, &hints, &list);
+    if (ret != 0) {
+        fprintf(stderr, "span_pair: cannot resolve '%s': %s\n", address,
+                gai_strerror(ret));
+        return NULL;
+    }
+    return list;
+}
+
+/* Commands and replies are small and alternate: sent at once, not held
+ * back for an acknowledgement (Nagle's algorithm would cost a delayed ACK
+ * per reply) */
+static void span_pair_sock_setup(int sock, int timeout_ms)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    int one           = 1;
+
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* a peer that stops answering during the handshake ends it; 0: none */
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+static double span_pair_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + (ts.tv_nsec * 1e-9);
+}
+
+/* Connects, retrying while the server is not listening yet */
+static int span_pair_dial(const char *address)
+{
+    double deadline = span_pair_now() + SPAN_PAIR_CONNECT_S;
+    struct addrinfo *list = span_pair_resolve(address, 0);
+    int sock = -1, err = 0;
+
+    while (list != NULL) {
+        sock = socket(list->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if ((sock < 0) ||
+            (connect(sock, list->ai_addr, list->ai_addrlen) == 0)) {
+            break;
+        }
+        err = errno;
+        close(sock);
+        sock = -1;
+        if (((err != ECONNREFUSED) && (err != EHOSTUNREACH) &&
+             (err != ENETUNREACH) && (err != ETIMEDOUT)) ||
+            (span_pair_now() > deadline)) {
+            break;
+        }
+        usleep(200000);
+    }
+    if ((sock < 0) && (list != NULL)) {
+        fprintf(stderr, "span_pair: cannot connect to %s: %s\n", address,
+                strerror(err));
+    }
+    if (list != NULL) {
+        freeaddrinfo(list);
+    }
+    return sock;
+}
+
+/* The UCX_SPAN_* variables of the environment, as NUL-terminated strings
+ * back to back; its length, or -1 when they do not fit */
+static ssize_t span_pair_env_pack(char *buf, size_t size)
+{
+    extern char **environ;
+    size_t used = 0, len;
+    char **e;
+
+    for (e = environ; *e != NULL; ++e) {
+        if (strncmp(*e, SPAN_PAIR_ENV_PREFIX,
+                    strlen(SPAN_PAIR_ENV_PREFIX)) != 0) {
+            continue;
+        }
+        len = strlen(*e) + 1;
+        if (len > size - used) {
+            fprintf(stderr, "span_pair: the UCX_SPAN_* variables take more "
+                    "than %zu bytes\n", size);
+            return -1;
+        }
+        memcpy(buf + used, *e, len);
+        used += len;
+    }
+    return used;
+}
+
+/* Sets the variables a remote initiator sent: only UCX_SPAN_* names, each
+ * string NAME=VALUE, the last one ending the buffer */
+static int span_pair_env_apply(char *buf, size_t length)
+{
+    char *p, *next, *end = buf + length, *eq;
+
+    if ((length > 0) && (buf[length - 1] != '\0')) {
+        fprintf(stderr, "span_pair target: the variables sent do not end "
+                "in a NUL\n");
+        return -1;
+    }
+    for (p = buf; p < end; p = next) {
+        next = p + strlen(p) + 1;
+        eq   = strchr(p, '=');
+        if ((strncmp(p, SPAN_PAIR_ENV_PREFIX,
+                     strlen(SPAN_PAIR_ENV_PREFIX)) != 0) || (eq == NULL)) {
+            fprintf(stderr, "span_pair target: refused variable '%.64s' "
+                    "(only " SPAN_PAIR_ENV_PREFIX "NAME=VALUE)\n", p);
+            return -1;
+        }
+        *eq = '\0';
+        setenv(p, eq + 1, 1);
+    }
+    return 0;
+}
+
+/* A server's child: the handshake, then the target's loop; its exit code
+ * is its last word on the connection */
+static int span_pair_remote_target(int sock)
+{
+    char tls[SPAN_PAIR_MAX_TLS + 1], env[SPAN_PAIR_MAX_ENV];
+    span_pair_peer_t self = {{0}};
+    span_pair_hello_t hello;
+    uint64_t code;
+    int rc;
+
+    span_pair_sock_setup(sock, SPAN_PAIR_CONNECT_S * 1000);
+    if (span_pair_io(sock, &hello, sizeof(hello), 0) ||
+        (hello.magic != SPAN_PAIR_MAGIC) || (hello.tls_len == 0) ||
+        (hello.tls_len > SPAN_PAIR_MAX_TLS) ||
+        (hello.env_len > SPAN_PAIR_MAX_ENV) ||
+        span_pair_io(sock, tls, hello.tls_len, 0) ||
+        span_pair_io(sock, env, hello.env_len, 0)) {
+        fprintf(stderr, "span_pair target: not a span_pair initiator, or "
+                "one that sent too much\n");
+        return 1;
+    }
+    tls[hello.tls_len] = '\0';
+    if (span_pair_env_apply(env, hello.env_len) != 0) {
+        return 1;
+    }
+    gethostname(self.hostname, sizeof(self.hostname) - 1);
+    self.system_id = ucs_get_system_id();
+    self.pid       = getpid();
+    if (span_pair_io(sock, &self, sizeof(self), 1)) {
+        return 1;
+    }
+    span_pair_sock_setup(sock, 0);
+    rc   = span_pair_target_serve(sock, tls, hello.features);
+    code = rc;
+    span_pair_io(sock, &code, sizeof(code), 1);
+    return rc;
+}
+
+/* The exit code a remote target sent after QUIT, once it cleaned up */
+static int span_pair_remote_exit(span_pair_t *pair)
+{
+    struct pollfd pfd = {.fd = pair->sock, .events = POLLIN};
+    uint64_t code;
+
+    if ((poll(&pfd, 1, SPAN_PAIR_EXIT_WAIT_MS) != 1) ||
+        span_pair_io(pair->sock, &code, sizeof(code), 0)) {
+        fprintf(stderr, "span_pair: target process %u on %s did not report "
+                "its exit\n", pair->peer.pid, pair->peer.hostname);
+        return 1;
+    }
+    return code != 0;
+}
+
+static void span_pair_reap(void)
+{
+    int wstatus;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &wstatus, WNOHANG)) > 0) {
+        if (WIFSIGNALED(wstatus)) {
+            printf("span_pair server: target %d ended by signal %d\n",
+                   (int)pid, WTERMSIG(wstatus));
+        } else if (WEXITSTATUS(wstatus) != 0) {
+            printf("span_pair server: target %d exited with %d\n", (int)pid,
+                   WEXITSTATUS(wstatus));
+        }
+        fflush(stdout);
+    }
+}
+
+int span_pair_serve(const char *address)
+{
+    struct addrinfo *list = span_pair_resolve(address, 1);
+    struct pollfd pfd     = {.events = POLLIN};
+    int one = 1, sock;
+    pid_t server, pid;
+
+    if (list == NULL) {
+        return 1;
+    }
+    pfd.fd = socket(list->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if ((pfd.fd < 0) ||
+        setsockopt(pfd.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+        bind(pfd.fd, list->ai_addr, list->ai_addrlen) ||
+        listen(pfd.fd, 16)) {
+        fprintf(stderr, "span_pair server: cannot listen at %s: %m\n",
+                address);
+        freeaddrinfo(list);
+        return 1;
+    }
+    freeaddrinfo(list);
+    printf("span_pair server: listening at %s\n", address);
+    fflush(stdout);
+    server = getpid();
+    for (;;) {
+        span_pair_reap();
+        if (poll(&pfd, 1, 1000) != 1) {
+            continue;
+        }
+        sock = accept4(pfd.fd, NULL, NULL, SOCK_CLOEXEC);
+        if (sock < 0) {
+            continue;
+        }
+        fflush(NULL);
+        pid = fork();
+        if (pid == 0) {
+            /* a target outliving its server would be left spinning */
+            if ((prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ||
+                (getppid() != server)) {
+                _exit(1);
+            }
+            close(pfd.fd);
+            _exit(span_pair_remote_target(sock));
+        }
+        close(sock);
+        printf("span_pair server: target %d started\n", (int)pid);
+        fflush(stdout);
+    }
+}
+
+ucs_status_t span_pair_start_remote(span_pair_t *pair, const char *address,
+                                    const char *tls, uint64_t features,
+                                    unsigned flags)
+{
+    span_pair_hello_t hello = {.magic = SPAN_PAIR_MAGIC, .features = features};
+    char env[SPAN_PAIR_MAX_ENV];
+    ssize_t env_len;
+
+    span_pair_init(pair, SPAN_PAIR_REMOTE);
+    env_len = span_pair_env_pack(env, sizeof(env));
+    if ((env_len < 0) || (strlen(tls) == 0) ||
+        (strlen(tls) > SPAN_PAIR_MAX_TLS)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    pair->sock = span_pair_dial(address);
+    if (pair->sock < 0) {
+        return UCS_ERR_UNREACHABLE;
+    }
+    span_pair_sock_setup(pair->sock, SPAN_PAIR_CONNECT_S * 1000);
+    hello.tls_len = strlen(tls);
+    hello.env_len = env_len;
+    if (span_pair_io(pair->sock, &hello, sizeof(hello), 1) ||
+        span_pair_io(pair->sock, (void*)tls, hello.tls_len, 1) ||
+        span_pair_io(pair->sock, env, env_len, 1) ||
+        span_pair_io(pair->sock, &pair->peer, sizeof(pair->peer), 0)) {
+        fprintf(stderr, "span_pair: no target answered at %s\n", address);
+        return UCS_ERR_IO_ERROR;
+    }
+    pair->peer.hostname[sizeof(pair->peer.hostname) - 1] = '\0';
+    /* its worker address follows once its UCP is up */
+    span_pair_sock_setup(pair->sock, 0);
+    return span_pair_start_initiator(pair, tls, features, flags);
+}
+
+ucs_status_t span_pair_kill_target(span_pair_t *pair)
+{
+    span_pair_cmd_t cmd = {.op = SPAN_PAIR_CMD_KILL};
+
+    switch (pair->mode) {
+    case SPAN_PAIR_FORK:
+        return (kill(pair->child, SIGKILL) == 0) ? UCS_OK : UCS_ERR_IO_ERROR;
+    case SPAN_PAIR_REMOTE:
+        /* no reply: it dies on reading it */
+        return span_pair_io(pair->sock, &cmd, sizeof(cmd), 1) ?
+               UCS_ERR_IO_ERROR : UCS_OK;
+    default:
+        return UCS_ERR_UNSUPPORTED;
+    }
+}
+
+ucs_status_t span_pair_target_pinned(span_pair_t *pair, uint64_t *bytes,
+                                     uint64_t *map_bytes)
+{
+    span_pair_cmd_t cmd = {.op = SPAN_PAIR_CMD_PINNED};
+    span_pair_reply_t reply;
+    ucs_status_t status;
+
+    status     = span_pair_call(pair, &cmd, &reply, NULL);
+    *bytes     = reply.value[0];
+    *map_bytes = reply.value[1];
+    return status;
 }
 
 void span_pair_ep_info(span_pair_t *pair, char *buf, size_t size)

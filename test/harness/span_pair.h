@@ -2,7 +2,9 @@
  * Two UCP endpoints for span-check and the UCP tests: an initiator (the
  * calling process) and a target, either a forked process that serves
  * commands over a socket, or, in loopback mode, the caller itself (for
- * transports such as self that only reach their own process).
+ * transports such as self that only reach their own process), or, in
+ * remote mode, a process on another node that a span_pair server there
+ * forked for this pair (commands over TCP).
  *
  * The target owns the memory: it maps regions, fills them with a pattern and
  * checks them, so every byte a test moves is verified where it landed.
@@ -21,8 +23,17 @@ extern "C" {
 
 typedef enum {
     SPAN_PAIR_FORK,     /* target is a child process */
-    SPAN_PAIR_LOOPBACK  /* target is this process, endpoint to own worker */
+    SPAN_PAIR_LOOPBACK, /* target is this process, endpoint to own worker */
+    SPAN_PAIR_REMOTE    /* target is a child of a server (span_pair_serve),
+                           reached over TCP: span_pair_start_remote */
 } span_pair_mode_t;
+
+/* Who the target is, as it reports itself (SPAN_PAIR_REMOTE) */
+typedef struct {
+    char     hostname[64];
+    uint64_t system_id;  /* ucs_get_system_id(): UCX's host identity */
+    uint32_t pid;
+} span_pair_peer_t;
 
 typedef struct span_pair {
     ucp_context_h    context;
@@ -35,6 +46,9 @@ typedef struct span_pair {
     int              local_cuda;  /* put/get buffers are device memory:
                                      told to UCP, as a careful user does */
     struct span_pair_target *target; /* SPAN_PAIR_LOOPBACK only */
+    span_pair_peer_t peer;        /* SPAN_PAIR_REMOTE only */
+    ucs_status_t     ep_error;    /* the endpoint's failure, as UCP's error
+                                     handler reported it (UCS_OK: none) */
 } span_pair_t;
 
 /* Memory on the target: [base, base + alloc_length) is allocated and
@@ -87,8 +101,38 @@ ucs_status_t span_pair_start_exec(span_pair_t *pair, const char *tls,
  * code (0 when the initiator stopped it cleanly). */
 int span_pair_target_main(void);
 
+/* SPAN_PAIR_REMOTE: connects to the server at address ("host:port"; the
+ * server may still be starting: refused connections are retried for
+ * SPAN_PAIR_CONNECT_S seconds), which forks a target for this pair. The
+ * target's UCX reads the UCX_SPAN_* variables of this process's
+ * environment, as a forked target inherits them. With
+ * SPAN_PAIR_FLAG_PEER_ERRORS the endpoint is created with
+ * UCP_ERR_HANDLING_MODE_PEER: a target that dies fails its requests
+ * instead of the process. */
+#define SPAN_PAIR_CONNECT_S          60
+#define SPAN_PAIR_FLAG_PEER_ERRORS   1u
+ucs_status_t span_pair_start_remote(span_pair_t *pair, const char *address,
+                                    const char *tls, uint64_t features,
+                                    unsigned flags);
+
+/* Serves span_pair_start_remote at address ("host:port"): forks one target
+ * per connection (UCP is initialized only in them) and reaps them, until a
+ * signal ends it. Returns only on a setup error (1). */
+int span_pair_serve(const char *address);
+
 /* Returns 0 when the target exited cleanly. */
 int span_pair_stop(span_pair_t *pair);
+
+/* Kills the target as kill -9 would (SIGKILL), without waiting for
+ * anything: a remote target sends the signal to itself on command.
+ * UCS_ERR_UNSUPPORTED in loopback mode. */
+ucs_status_t span_pair_kill_target(span_pair_t *pair);
+
+/* Bytes of memory the target has pinned (VmPin of its /proc status: every
+ * ibv_reg_mr adds its pages), and those its last ucp_mem_map pinned (UCP
+ * registers buffers of its own meanwhile, as connections come up) */
+ucs_status_t span_pair_target_pinned(span_pair_t *pair, uint64_t *bytes,
+                                     uint64_t *map_bytes);
 
 /* Writes ucp_ep_print_info into buf (lanes and transports in use). */
 void span_pair_ep_info(span_pair_t *pair, char *buf, size_t size);

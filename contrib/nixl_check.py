@@ -31,7 +31,14 @@ on, with UCX_TLS set per row). Prints one table; exits 0 only when every
 twin row moved every byte right and is never worse in status than its
 native row, 1 otherwise, 77 when NIXL does not import (the reason printed).
 
+Across two nodes: `--serve HOST:PORT` on the target's node starts a target
+for each pair that `--connect HOST:PORT` on the initiator's node asks for
+(CPU mode; the server's environment, with the row's UCX_TLS, is the
+target's; it serves until killed).
+
   nixl_check.py [--gpu] [--runs N] [--mib N] [--tls NATIVE TWIN]
+                [--connect HOST:PORT]
+  nixl_check.py --serve HOST:PORT
 """
 import argparse
 import os
@@ -49,6 +56,8 @@ PAGE_GPU = 20 << 20
 STEP_CPU = 4 << 20
 GOLDEN = 2654435761
 XFER_TIMEOUT_S = 60.0
+# a server on another node may still be starting
+CONNECT_TIMEOUT_S = 60.0
 
 
 def import_nixl():
@@ -338,11 +347,19 @@ def run_case(agent, mem, sock, local, remote, op, pieces, runs, tag):
     return {"status": status, "bytes_ok": bytes_ok, "gbps": gbps, "why": why}
 
 
+def emit(args, result):
+    """The initiator's result, on a pipe of its own: UCX's C stdio writes
+    UCX_PROTO_INFO to stdout in its own blocks, which may cut a line of
+    ours where Python's stdout is not unbuffered."""
+    with os.fdopen(args.result_fd, "wb") as out:
+        pickle.dump(result, out)
+
+
 def initiator_main(sock, args):
     remote = recv(sock)
     if "error" in remote:
         send(sock, {"cmd": "quit"})
-        print(pickle.dumps({"error": "target: " + remote["error"]}).hex())
+        emit(args, {"error": "target: " + remote["error"]})
         return 0
     mem = make_mem(args.gpu)
     size = remote["size"]
@@ -358,7 +375,7 @@ def initiator_main(sock, args):
         agent.add_remote_agent(remote["meta"])
     except Exception as e:
         send(sock, {"cmd": "quit"})
-        print(pickle.dumps({"error": "%s: %s" % (type(e).__name__, e)}).hex())
+        emit(args, {"error": "%s: %s" % (type(e).__name__, e)})
         return 0
     tag = 0
     for name, pieces in cases(size, args.gpu):
@@ -369,7 +386,7 @@ def initiator_main(sock, args):
             res["op"] = "%s %s" % (op, name)
             results.append(res)
     send(sock, {"cmd": "quit"})
-    print(pickle.dumps({"results": results}).hex())
+    emit(args, {"results": results})
     return 0
 
 
@@ -387,16 +404,17 @@ def cudart_dir():
     return ""
 
 
-def proto_lanes(out):
+def proto_lanes(out, where="intra-node"):
     """What UCP chose for put and get between the two processes, from the
-    initiator's UCX_PROTO_INFO tables: {"put": [...], "get": [...]}."""
+    initiator's UCX_PROTO_INFO tables: {"put": [...], "get": [...]};
+    where: the endpoint configurations to read (inter-node: two nodes)."""
     lanes, op, intra = {"put": [], "get": []}, None, False
     for line in out.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]
         if len(cells) == 1:
             text = cells[0]
             if " cfg#" in text:
-                intra = "intra-node" in text
+                intra = where in text
             elif " by ucp_" in text:
                 op = ("put" if "write by ucp_put" in text else
                       "get" if "read by ucp_get" in text else None)
@@ -411,11 +429,92 @@ def via(lanes, op, tl):
     return any(tl + "/" in lane for lane in lanes.get(op, []))
 
 
-def run_pair(args, tls, alloc):
-    a, b = socket.socketpair()
+def host_port(text):
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def target_env(tls):
     env = dict(os.environ, UCX_TLS=tls)
     # NIXL's UCX on a machine with Debian's libefa: see the README
     env.setdefault("UCX_MODULES", "^efa")
+    return env
+
+
+def role_argv(args, alloc, role, fd, result_fd=None):
+    argv = [sys.executable, os.path.abspath(__file__), "--runs",
+            str(args.runs), "--mib", str(args.mib), "--alloc", alloc,
+            "--role", role, "--fd", str(fd)]
+    if result_fd is not None:
+        argv += ["--result-fd", str(result_fd)]
+    return argv + (["--gpu"] if args.gpu else [])
+
+
+def serve(args):
+    """Targets for --connect from another node, one pair at a time."""
+    lsock = socket.create_server(host_port(args.serve), reuse_port=False)
+    print("nixl_check: serving targets at %s" % args.serve, flush=True)
+    while True:
+        conn, peer = lsock.accept()
+        try:
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            ask = recv(conn)
+            conn.settimeout(None)
+            args.runs, args.mib = int(ask["runs"]), int(ask["mib"])
+            tls, alloc = str(ask["tls"]), str(ask["alloc"])
+        except Exception as e:  # not an initiator of ours
+            print("nixl_check: refused %s: %s" % (peer, e), flush=True)
+            conn.close()
+            continue
+        print("nixl_check: target for %s, UCX_TLS=%s" % (peer[0], tls),
+              flush=True)
+        p = subprocess.Popen(role_argv(args, alloc, "target", conn.fileno()),
+                             pass_fds=[conn.fileno()], env=target_env(tls))
+        conn.close()
+        try:
+            p.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        print("nixl_check: target exit %s" % p.returncode, flush=True)
+
+
+def connect(args, tls, alloc):
+    """A socket to a target that a --serve on another node started."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            sock = socket.create_connection(host_port(args.connect),
+                                            timeout=CONNECT_TIMEOUT_S)
+            break
+        except (ConnectionRefusedError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    sock.settimeout(None)
+    send(sock, {"tls": tls, "alloc": alloc, "runs": args.runs,
+                "mib": args.mib})
+    return sock
+
+
+def run_pair(args, tls, alloc):
+    if args.connect:
+        try:
+            b = connect(args, tls, alloc)
+        except OSError as e:
+            return {"error": "no target at %s: %s" % (args.connect, e)}
+        return run_initiator(args, tls, alloc, [], b)
+    a, b = socket.socketpair()
+    target = subprocess.Popen(
+        role_argv(args, alloc, "target", a.fileno()), pass_fds=[a.fileno()],
+        env=pair_env(args, tls), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    a.close()
+    return run_initiator(args, tls, alloc, [target], b)
+
+
+def pair_env(args, tls):
+    env = target_env(tls)
     # only printed: which transport carried the row
     env["UCX_PROTO_INFO"] = "y"
     if args.gpu:
@@ -423,18 +522,19 @@ def run_pair(args, tls, alloc):
         # bring in nvidia/cu13/lib
         env["LD_LIBRARY_PATH"] = ":".join(
             filter(None, [cudart_dir(), env.get("LD_LIBRARY_PATH")]))
-    common = [sys.executable, os.path.abspath(__file__), "--runs",
-              str(args.runs), "--mib", str(args.mib), "--alloc", alloc]
-    if args.gpu:
-        common.append("--gpu")
-    procs = []
-    for role, s in (("target", a), ("initiator", b)):
-        procs.append(subprocess.Popen(
-            common + ["--role", role, "--fd", str(s.fileno())],
-            pass_fds=[s.fileno()], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
-    a.close()
+    return env
+
+
+def run_initiator(args, tls, alloc, procs, b):
+    """The initiator on socket b, beside the local target in procs (none
+    where it is on another node); its result."""
+    result_r, result_w = os.pipe()
+    procs.append(subprocess.Popen(
+        role_argv(args, alloc, "initiator", b.fileno(), result_w),
+        pass_fds=[b.fileno(), result_w], env=pair_env(args, tls),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     b.close()
+    os.close(result_w)
     outs = []
     for p in procs:
         try:
@@ -444,18 +544,23 @@ def run_pair(args, tls, alloc):
             out, err = p.communicate()
             err += "\n(killed after %d s)" % args.timeout
         outs.append((p.returncode, out, err))
-    rc, out, err = outs[1]
-    for line in reversed(out.splitlines()):
-        try:
-            res = pickle.loads(bytes.fromhex(line.strip()))
-            res["lanes"] = proto_lanes(out)
-            return res
-        except Exception:  # a log line, not the result
-            continue
+    rc, out, err = outs[-1]
+    # a result is a few KiB: the pipe held it while the initiator ran
+    with os.fdopen(result_r, "rb") as f:
+        result = f.read()
+    try:
+        res = pickle.loads(result)
+        res["lanes"] = proto_lanes(
+            out, "inter-node" if args.connect else "intra-node")
+        return res
+    except Exception:  # none, or cut short by a crash or the timeout
+        pass
     tail = (err.strip().splitlines() or ["no output"])[-1]
-    return {"error": "initiator exit %s: %s; target exit %s: %s" %
-            (rc, tail[:120], outs[0][0],
-             (outs[0][2].strip().splitlines() or [""])[-1][:120])}
+    target = ("on %s (its node's log)" % args.connect if args.connect else
+              "exit %s: %s" % (outs[0][0],
+                               (outs[0][2].strip().splitlines() or [""])[-1][:120]))
+    return {"error": "initiator exit %s: %s; target %s" %
+            (rc, tail[:120], target)}
 
 
 def one_line(text):
@@ -474,9 +579,14 @@ def main():
     ap.add_argument("--tls", nargs=2, metavar=("NATIVE", "TWIN"))
     ap.add_argument("--timeout", type=int, default=300,
                     help="seconds per pair of processes")
+    ap.add_argument("--connect", metavar="HOST:PORT",
+                    help="the target on another node, from its --serve")
+    ap.add_argument("--serve", metavar="HOST:PORT",
+                    help="start targets for --connect, until killed")
     ap.add_argument("--role", choices=("target", "initiator"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--fd", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--result-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--alloc", default="host", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.mib is None:
@@ -486,6 +596,8 @@ def main():
         sock = socket.socket(fileno=args.fd)
         return (target_main if args.role == "target" else initiator_main)(
             sock, args)
+    if (args.connect or args.serve) and args.gpu:
+        ap.error("--connect and --serve are CPU mode only")
 
     try:
         import_nixl()
@@ -501,10 +613,15 @@ def main():
     else:
         native, twin = "cma,tcp", "cma+,tcp"
     allocs = ["expandable", "cudaMalloc"] if args.gpu else ["host"]
+    if args.serve:
+        return serve(args)
 
     print("NIXL UCX backend, %d MiB target buffer, GB/s median of %d; "
           "UCX_MODULE_DIR=%s" % (args.mib, args.runs,
                                  os.environ.get("UCX_MODULE_DIR", "(unset)")))
+    if args.connect:
+        print("initiator here on %s, target on the node of %s" %
+              (socket.gethostname(), args.connect))
     print("| mode | UCX_TLS | op | status | bytes as expected | GB/s | verdict |")
     print("|---|---|---|---|---|---|---|")
     rc = 0
@@ -559,7 +676,8 @@ def main():
                     mode, tls, r["op"], one_line(r["status"]),
                     {True: "yes", False: "NO" + why, None: "-"}[ok],
                     fmt_gbps(r["gbps"]), verdict))
-    print("\nWhat UCP chose between the two processes (UCX_PROTO_INFO):")
+    print("\nWhat UCP chose between the two %s (UCX_PROTO_INFO):" %
+          ("nodes" if args.connect else "processes"))
     for line in lanes:
         print("- " + line)
     if args.gpu:

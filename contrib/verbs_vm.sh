@@ -181,11 +181,12 @@ vm_script_env() {
     done
 }
 
-# One line per command: its output to the console, its status to status.N
+# One line per command: its output to the console, its status to status.N,
+# the seconds it took to time.N
 vm_script_commands() {
     local i=0 c
     for c in "$@"; do
-        echo "bash -o pipefail -c $(printf %q "$c") 2>&1; echo \$? > $(printf %q "$run/status.$i")"
+        echo "t0=\$(date +%s); bash -o pipefail -c $(printf %q "$c") 2>&1; echo \$? > $(printf %q "$run/status.$i"); echo \$((\$(date +%s) - t0)) > $(printf %q "$run/time.$i")"
         i=$((i + 1))
     done
 }
@@ -268,7 +269,7 @@ vm_report() {
     shift
     for c in "$@"; do
         s=$(cat "$run/status.$i" 2>/dev/null || echo "none (did not finish)")
-        echo "verbs_vm: [$i] exit $s: $c"
+        echo "verbs_vm: [$i] exit $s after $(cat "$run/time.$i" 2>/dev/null || echo ?) s: $c"
         if [ "$rc" -eq 0 ] && [ "$s" != 0 ]; then
             case "$s" in [0-9]*) rc=$s ;; *) rc=1 ;; esac
         fi

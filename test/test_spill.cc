@@ -317,6 +317,22 @@ TEST_F(span_spill_peer, a_reference_of_another_pid_namespace_is_unreachable)
     EXPECT_EQ(1u, logs.count("is in PID namespace"));
 }
 
+/* A reference from another host: a PID namespace of the same inode number
+ * (every host's initial one has 4026531836) and a pid that may well name a
+ * process here, but another host's part of the namespace id: refused as
+ * unreachable, saying why, before any lookup (faked host: the reference
+ * names this very process's live arena, which a lookup would read) */
+TEST_F(span_spill_peer, a_reference_of_another_host_is_unreachable)
+{
+    ASSERT_EQ(UCS_OK, fetch(ref));
+    span_rkey_spill_t bad = ref;
+    bad.pid_ns           ^= 1ull << 40;
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, fetch(bad));
+    EXPECT_EQ(1u, logs.count("is on another host"));
+    EXPECT_EQ(0u, logs.count("is in PID namespace"));
+}
+
 /* ... and from a real one (unshare -p), where this user may create it */
 TEST_F(span_spill_peer, a_peer_in_a_new_pid_namespace_is_unreachable)
 {
@@ -385,5 +401,8 @@ TEST(span_spill_peer_check, values_no_process_has_are_refused)
               span_spill_peer_check(getpid(), ns, 0x80000000u, "a unit"));
     EXPECT_EQ(UCS_ERR_UNREACHABLE,
               span_spill_peer_check(getpid(), ns + 1, 3, "a unit"));
-    EXPECT_EQ(4u, logs.count("a unit"));
+    EXPECT_EQ(UCS_ERR_UNREACHABLE,
+              span_spill_peer_check(getpid(), ns ^ (1ull << 63), 3, "a unit"));
+    EXPECT_EQ(5u, logs.count("a unit"));
+    EXPECT_EQ(1u, logs.count("is on another host"));
 }

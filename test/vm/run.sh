@@ -10,31 +10,12 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
 nixl=${SPAN_NIXL_UCX_LIBDIR:-$top/.deps/nixl/lib}
-skip() { echo "vm leg skipped: $*"; exit 77; }
 
-[ -x "$build/test/vm/span_vm_test" ] ||
-    skip "test/vm/span_vm_test not built: configure found no NIXL UCX (contrib/setup.sh)"
-
-# NIXL's libibverbs (renamed by auditwheel) loads providers by bare name;
-# Debian's rxe provider links libibverbs.so.1 and would register itself with
-# that second copy: a copy of it is relinked to NIXL's
-ibv=$(cd "$nixl" 2>/dev/null && ls libibverbs-*.so* 2>/dev/null | head -n 1) ||
-    true
-[ -n "$ibv" ] || skip "no libibverbs in $nixl"
-rxe=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null |
-      head -n 1) || true
-[ -n "$rxe" ] || skip "no rxe provider (Debian's ibverbs-providers)"
-prov="$build/test/vm/providers"
-if [ ! -f "$prov/$(basename "$rxe")" ] || [ "$rxe" -nt "$prov/$(basename "$rxe")" ]; then
-    command -v patchelf >/dev/null || skip "no patchelf (contrib/setup.sh installs it)"
-    mkdir -p "$prov"
-    cp "$rxe" "$prov/"
-    patchelf --replace-needed libibverbs.so.1 "$ibv" "$prov/$(basename "$rxe")"
-fi
-
-env="LD_LIBRARY_PATH=$prov UCX_MODULES=^efa UCX_WARN_UNUSED_ENV_VARS=n"
-env="$env UCX_MODULE_DIR=$build/src/uct/.libs"
-quiet="grep -v \"^libibverbs: Warning: couldn't load driver\""
+[ -x "$build/test/vm/span_vm_test" ] || {
+    echo "vm leg skipped: test/vm/span_vm_test not built: configure found no NIXL UCX (contrib/setup.sh)"
+    exit 77
+}
+. "$top/test/vm/leg.sh"
 test="$env timeout 300 $build/test/vm/span_vm_test"
 cd "$build"
 VERBS_VM_TIMEOUT=${VERBS_VM_TIMEOUT:-480} "$top/contrib/verbs_vm.sh" run \

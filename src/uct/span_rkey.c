@@ -60,9 +60,12 @@
  *                 +24 8  seq       of the slot, changed when it is released:
  *                                  a key of a deregistered region is refused
  *                 +32 4  keys_sum  FNV-1a 32 of the n * K key bytes
- *                 +36 8  pid_ns    the exporter's PID namespace (the inode
- *                                  number of /proc/self/ns/pid): its pid
- *                                  means nothing in another
+ *                 +36 8  pid_ns    the exporter's PID namespace: 32 bits of
+ *                                  its host's UCX system id, then the
+ *                                  inode number of /proc/self/ns/pid: its
+ *                                  pid means nothing in another, nor on
+ *                                  another host (span_spill_pid_ns; the
+ *                                  VMM body's pid_ns is the same)
  *   ...     ...   unused up to the twin MD's rkey_packed_size
  *
  * The geometry (chunk_pages, overlap_pages, unit_pages) is planned again by

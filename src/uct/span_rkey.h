@@ -35,7 +35,8 @@ typedef struct span_rkey_spill {
     uint64_t offset;   /* of the slot in the arena */
     uint64_t seq;      /* of the slot; a released slot has another */
     uint32_t keys_sum; /* FNV-1a 32 of the n * K key bytes */
-    uint64_t pid_ns;   /* the PID namespace pid belongs to */
+    uint64_t pid_ns;   /* the PID namespace pid belongs to, with its host
+                          (span_spill_pid_ns) */
 } span_rkey_spill_t;
 
 typedef struct span_rkey_desc {

@@ -16,8 +16,11 @@
  * The pid and fd come from a peer: they may name any file of any process
  * the importer can read. The open neither waits (a FIFO without a writer)
  * nor takes a terminal as the controlling one, and what it opened is read
- * only if it is a spill arena's memfd; a pid of another PID namespace is
- * not looked up at all.
+ * only if it is a spill arena's memfd; a pid of another PID namespace, or
+ * of another host, is not looked up at all. A PID namespace's inode number
+ * is unique only within one kernel (every host's initial namespace has
+ * 4026531836), so keys name the namespace with their host's part
+ * (span_spill_pid_ns).
  *
  * Layout: offset 0 holds SPAN_SPILL_MAGIC and the arena id (random, so a
  * recycled pid or descriptor is refused); slots follow, each a header
@@ -29,6 +32,7 @@
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
+#include <ucs/sys/uid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -312,11 +316,24 @@ static ucs_status_t span_spill_read_slot(int fd, const span_rkey_spill_t *spill,
     return UCS_OK;
 }
 
-/* The inode number in the link "pid:[4026531836]"; 0 where unreadable.
- * Read each time: a child forked after its parent's unshare(CLONE_NEWPID)
- * inherits the parent's memory but lives in the new namespace. */
+/* This host as keys name it: 32 bits of UCX's system id, which UCX reads
+ * from the kernel's boot id (a random UUID per boot): what tells UCX's own
+ * same-host transports apart from other hosts */
+static uint32_t span_spill_host(void)
+{
+    uint64_t id = ucs_get_system_id();
+
+    return (uint32_t)(id ^ (id >> 32));
+}
+
+/* The host's part (high 32 bits) and the inode number in the link
+ * "pid:[4026531836]" (low 32 bits; the kernel's are 32-bit; 0 where
+ * unreadable). Read each time: a child forked after its parent's
+ * unshare(CLONE_NEWPID) inherits the parent's memory but lives in the new
+ * namespace. */
 uint64_t span_spill_pid_ns(void)
 {
+    uint64_t host = (uint64_t)span_spill_host() << 32;
     char link[64], *p;
     ssize_t len;
 
@@ -325,9 +342,9 @@ uint64_t span_spill_pid_ns(void)
     p = strchr(link, '[');
     if (p == NULL) {
         ucs_debug("span spill: cannot read /proc/self/ns/pid ('%s')", link);
-        return 0;
+        return host;
     }
-    return strtoull(p + 1, NULL, 10);
+    return host | (uint32_t)strtoull(p + 1, NULL, 10);
 }
 
 ucs_status_t span_spill_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
@@ -335,10 +352,17 @@ ucs_status_t span_spill_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
 {
     uint64_t own_ns = span_spill_pid_ns();
 
+    if ((pid_ns >> 32) != (own_ns >> 32)) {
+        ucs_error("span: %s of process %u is on another host (host id 0x%"
+                  PRIx64 ", this one 0x%" PRIx64 "): its pid and descriptor "
+                  "name nothing here", what, pid, pid_ns >> 32, own_ns >> 32);
+        return UCS_ERR_UNREACHABLE;
+    }
     if (pid_ns != own_ns) {
         ucs_error("span: %s of process %u is in PID namespace %" PRIu64
                   ", this process in %" PRIu64 ": it cannot be reached from "
-                  "here", what, pid, pid_ns, own_ns);
+                  "here", what, pid, (uint64_t)(uint32_t)pid_ns,
+                  (uint64_t)(uint32_t)own_ns);
         return UCS_ERR_UNREACHABLE;
     }
     if ((pid == 0) || (pid > INT_MAX) || (fd > INT_MAX)) {

@@ -25,7 +25,8 @@
  *   fd        its descriptor of the unit's handle
  *   table_fd  its descriptor of its export table
  *   size      of the unit, as the rkey's geometry makes it
- *   pid_ns    the exporter's PID namespace: pid and the descriptors are
+ *   pid_ns    the exporter's PID namespace with its host
+ *             (span_spill_pid_ns): pid and the descriptors are
  *             checked (span_spill_peer_check) before any is looked up
  *   serial    of the export, unique in the exporter: what its table says
  *             of fd while the unit is exported

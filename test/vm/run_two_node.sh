@@ -36,7 +36,7 @@ py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) || true
 pypath="PYTHONPATH=$top/.deps/nixl/py"
 if [ -n "$py" ] && env "$pypath" "$py" -c 'import nixl_cu13' 2>/dev/null; then
     server="$server
-$env $pypath $py $top/contrib/nixl_check.py --serve \$VERBS_VM_ADDR:7301 &"
+$env $pypath $py $top/contrib/nixl_check.py --serve \$VERBS_VM_ADDR:7301 2>&1 | $quiet &"
     commands+=("$env $pypath timeout 300 $py $top/contrib/nixl_check.py \
         --connect \$VERBS_VM_PEER:7301 --runs 1 --mib 8 \
         --tls rc_verbs,ud_verbs rc_verbs+,ud_verbs+ 2>&1 | $quiet")

@@ -17,7 +17,7 @@
 #  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
 #     contrib/nixl_bundle.sh's copy of NIXL.
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
-#     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 built with --with-rocm, README "ROCm"); skipped elsewhere.
+#     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, README "ROCm"); skipped elsewhere.
 # Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234U56789PNR)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)

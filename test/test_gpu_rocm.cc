@@ -552,7 +552,7 @@ bool rocm_ucx_probe(char *reason, size_t size)
         bool twin       = has_md("span", "rocm_ipc+");
         const char *why = !native ?
                           "UCX has no rocm_ipc MD (no rocm module: build UCX "
-                          "with --with-rocm (README, ROCm); or HSA finds no "
+                          "with its ROCm modules (README, ROCm); or HSA finds no "
                           "device)" :
                           !twin ? "no rocm_ipc+ twin (UCX_MODULE_DIR?)" : "";
         if (write(pipefd[1], why, strlen(why) + 1) < 0) {

@@ -23,7 +23,7 @@ mkdir -p "$out" "$corpus"
 # (FNV-1a's multiply; offsets from the base, which wrap below it on purpose
 # and are compared after) are listed in ignorelist.txt, by function.
 sanitize=fuzzer,address,undefined,signed-integer-overflow,unsigned-integer-overflow
-sources=("$top/src/uct/span_rkey.c" "$top/src/uct/span_chunk.c")
+sources=("$top/src/uct/key/span_rkey.c" "$top/src/uct/base/span_chunk.c")
 if ! command -v clang >/dev/null ||
    ! clang -g -O1 -fsanitize=$sanitize \
          -fsanitize-ignorelist="$top/test/fuzz/ignorelist.txt" -D_GNU_SOURCE \
@@ -44,12 +44,19 @@ fi
 findings=$corpus-findings
 mkdir -p "$findings"
 rm -f "$findings"/crash-* "$findings"/leak-* "$findings"/timeout-* "$findings"/oom-*
-UBSAN_OPTIONS=halt_on_error=1 "$out/fuzz_rkey" -max_total_time="$seconds" \
-    -runs="$runs" -max_len=256 -print_final_stats=1 \
-    -artifact_prefix="$findings/" "$corpus" 2>&1 |
-    grep --line-buffered -E "^(#[0-9]+[[:space:]]+(DONE|pulse)|stat::number|stat::new|==|SUMMARY|Done)" || true
-if ls "$findings"/* >/dev/null 2>&1; then
-    echo "FINDINGS (inputs kept in $findings):"
+# UBSan halts the process itself, leaving libFuzzer no artifact to write:
+# the fuzzer's exit status counts as much as a finding kept
+status=0
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$out/fuzz_rkey" \
+    -max_total_time="$seconds" -runs="$runs" -max_len=256 \
+    -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" \
+    >"$out/fuzz.log" 2>&1 || status=$?
+grep -E "^(#[0-9]+[[:space:]]+(DONE|pulse)|stat::number|stat::new|==|SUMMARY|Done)" \
+    "$out/fuzz.log" || true
+if [ "$status" -ne 0 ] || ls "$findings"/* >/dev/null 2>&1; then
+    echo "FINDINGS (fuzzer exit status $status; inputs kept in $findings):"
+    grep -B2 -A12 -E "runtime error|ERROR: (AddressSanitizer|libFuzzer)" \
+        "$out/fuzz.log" | head -60
     ls -la "$findings"
     exit 1
 fi

@@ -1,7 +1,7 @@
 /* Unit tests of the chunk planner: every byte of small extents, against the
  * rules the twin relies on */
 extern "C" {
-#include "span_chunk.h"
+#include "base/span_chunk.h"
 }
 
 #include "test_log.h"

@@ -8,7 +8,7 @@
 
 extern "C" {
 #include "resolvers/span_cuda.h"
-#include "span_chunk.h"
+#include "base/span_chunk.h"
 }
 
 #include <vector>

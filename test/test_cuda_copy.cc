@@ -274,7 +274,7 @@ protected:
 
     span_libcuda_t       m_saved;
     span_cuda_copy_t     *m_copy = NULL;
-    span_cuda_vmm_map_t  m_map   = {};
+    span_vmm_map_t  m_map   = {};
     std::vector<uint8_t> m_local, m_remote;
 };
 

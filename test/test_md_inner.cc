@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "span_md_inner.h"
+#include "md/span_md_inner.h"
 }
 
 #include <cstdlib>

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "span_registry.h"
+#include "md/span_registry.h"
 }
 
 #include <ucs/debug/log_def.h>

@@ -1,7 +1,7 @@
 /* Unit tests of the span rkey wire format */
 extern "C" {
-#include "span_md.h"
-#include "span_rkey.h"
+#include "md/span_md.h"
+#include "key/span_rkey.h"
 }
 #include "test_log.h"
 
@@ -513,14 +513,14 @@ namespace {
 
 struct vmm_rkey {
     span_rkey_desc_t                 desc = {};
-    std::vector<span_cuda_vmm_key_t> keys;
+    std::vector<span_vmm_key_t> keys;
     std::vector<uint8_t>             buf;
 
     /* n units of 2 MiB; unit i has descriptor fd0 + fd_step * i */
     vmm_rkey(uint32_t n, uint32_t fd0 = 120, uint32_t fd_step = 1)
     {
         desc.component_id = span_rkey_component_id("cuda_ipc");
-        desc.key_size     = sizeof(span_cuda_vmm_key_t);
+        desc.key_size     = sizeof(span_vmm_key_t);
         desc.span_vmm     = 1;
         EXPECT_EQ(UCS_OK, span_chunk_plan_from(&desc.geom, 0x7f4000000000ull,
                                                n * (2ull << 20),
@@ -569,7 +569,7 @@ TEST(span_rkey_vmm, about_90_units_fit_inline_and_come_back_whole)
         ASSERT_EQ(UCS_OK, span_rkey_parse(r.buf.data(), r.buf.size(), &out));
         ASSERT_TRUE(out.span_vmm);
         ASSERT_FALSE(out.spilled);
-        std::vector<span_cuda_vmm_key_t> keys(n);
+        std::vector<span_vmm_key_t> keys(n);
         ASSERT_EQ(UCS_OK, span_rkey_vmm_keys(&out, keys.data()));
         for (uint32_t i = 0; i < n; ++i) {
             ASSERT_EQ(0, memcmp(&keys[i], &r.keys[i], sizeof(keys[i])))
@@ -604,7 +604,7 @@ TEST(span_rkey_vmm, a_resealed_body_that_lies_is_refused)
     vmm_rkey r(10);
     ASSERT_EQ(UCS_OK, r.pack());
     const size_t body = r.buf.size() - SPAN_RKEY_HDR_SIZE;
-    std::vector<span_cuda_vmm_key_t> keys(10);
+    std::vector<span_vmm_key_t> keys(10);
     span_rkey_desc_t out;
 
     /* a last varint that runs past the body */
@@ -648,7 +648,7 @@ TEST(span_rkey_vmm, a_resealed_body_that_lies_is_refused)
  * past INT64_MAX was signed overflow: undefined behaviour) */
 TEST(span_rkey_vmm, serials_and_descriptors_at_their_extremes)
 {
-    std::vector<span_cuda_vmm_key_t> keys(2);
+    std::vector<span_vmm_key_t> keys(2);
     span_rkey_desc_t out;
 
     vmm_rkey top(2);
@@ -698,7 +698,7 @@ TEST(span_rkey_vmm, a_varint_past_64_bits_is_refused)
     r.keys[0].serial = INT64_MAX; /* zigzag: 2^64 - 2, ten bytes */
     ASSERT_EQ(UCS_OK, r.pack());
     const size_t body = r.buf.size() - SPAN_RKEY_HDR_SIZE;
-    std::vector<span_cuda_vmm_key_t> keys(1);
+    std::vector<span_vmm_key_t> keys(1);
     span_rkey_desc_t out;
 
     ASSERT_EQ(0x01, r.buf.back()) << "the serial's tenth byte";

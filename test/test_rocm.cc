@@ -12,7 +12,7 @@
 
 extern "C" {
 #include "resolvers/span_rocm.h"
-#include "span_registry.h"
+#include "md/span_registry.h"
 #include "rocm_emu/hsa_emu.h"
 }
 

@@ -177,7 +177,7 @@ int child_vmm_export(const std::vector<std::string> &args)
 {
     size_t n = std::stoul(args[0]), unit = std::stoul(args[1]);
     std::vector<span_cuda_vmm_export_t*> exports(n);
-    std::vector<span_cuda_vmm_key_t> keys(n);
+    std::vector<span_vmm_key_t> keys(n);
     hipMemAllocationProp prop = {};
     hipMemAccessDesc access   = {};
     hipMemGenericAllocationHandle_t h;

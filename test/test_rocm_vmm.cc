@@ -97,7 +97,7 @@ protected:
     }
 
     /* One op of the copy engine, driven to completion by its progress */
-    ucs_status_t copy(span_cuda_vmm_map_t *map, int is_put, size_t offset,
+    ucs_status_t copy(span_vmm_map_t *map, int is_put, size_t offset,
                       size_t length)
     {
         uct_iov_t iov = {m_local + offset, length, nullptr, 0, 1};
@@ -117,7 +117,7 @@ protected:
     }
 
     test_rocm_peer_t                 m_peer  = {};
-    std::vector<span_cuda_vmm_key_t> m_keys;
+    std::vector<span_vmm_key_t> m_keys;
     uint64_t                         m_base  = 0;
     span_chunk_geom_t                m_geom;
     uint8_t                          *m_local = nullptr;
@@ -127,7 +127,7 @@ protected:
 TEST_F(rocm_vmm, units_of_a_peer_move_through_span_copies)
 {
     std::vector<uint8_t> host(units * unit);
-    span_cuda_vmm_map_t *map;
+    span_vmm_map_t *map;
 
     ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_TRUE(map->rocm);
@@ -157,7 +157,7 @@ TEST_F(rocm_vmm, units_of_a_peer_move_through_span_copies)
 TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
 {
     uct_iov_t iov = {m_local + 100, 2 * unit, nullptr, 0, 1};
-    span_cuda_vmm_map_t *map;
+    span_vmm_map_t *map;
     counted_completion op, flush;
     deadline guard(30, "a flush behind a ROCm VMM copy");
 
@@ -185,7 +185,7 @@ TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 {
     std::vector<uint8_t> host(4096);
     uct_iov_t iov = {host.data(), host.size(), nullptr, 0, 1};
-    span_cuda_vmm_map_t *map;
+    span_vmm_map_t *map;
 
     ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
@@ -197,7 +197,7 @@ TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 
 TEST_F(rocm_vmm, a_withdrawn_export_is_not_imported)
 {
-    span_cuda_vmm_map_t *map;
+    span_vmm_map_t *map;
 
     ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
     span_cuda_vmm_cache_put(map); /* kept idle in the cache */
@@ -208,7 +208,7 @@ TEST_F(rocm_vmm, a_withdrawn_export_is_not_imported)
 
 TEST_F(rocm_vmm, a_failed_import_maps_nothing)
 {
-    span_cuda_vmm_map_t *map;
+    span_vmm_map_t *map;
 
     /* the fourth unit's mapping fails: the three before are unmapped, the
      * reserved range freed, and the next import maps all six */
@@ -229,7 +229,7 @@ TEST_F(rocm_vmm, a_failed_import_maps_nothing)
 TEST_F(rocm_vmm, a_key_of_another_geometry_is_refused)
 {
     span_chunk_geom_t geom;
-    span_cuda_vmm_map_t *map;
+    span_vmm_map_t *map;
 
     /* units of half the size: no key describes them */
     ASSERT_EQ(UCS_OK, span_chunk_plan_from(&geom, m_base, units * unit / 2,

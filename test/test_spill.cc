@@ -3,7 +3,8 @@
  * /proc/self/fd, slots released and reused, stale references refused.
  */
 extern "C" {
-#include "span_spill.h"
+#include "base/span_peer.h"
+#include "key/span_spill.h"
 }
 #include "test_fork.h"
 #include "test_log.h"
@@ -389,20 +390,20 @@ TEST_F(span_spill_peer, a_peer_in_a_new_pid_namespace_is_unreachable)
 
 /* The check every import of a peer's descriptor makes first (spill arenas
  * and span's VMM units, span_cuda_vmm.c): values no process can have */
-TEST(span_spill_peer_check, values_no_process_has_are_refused)
+TEST(span_peer_check, values_no_process_has_are_refused)
 {
-    uint64_t ns = span_spill_pid_ns();
-    EXPECT_EQ(UCS_OK, span_spill_peer_check(getpid(), ns, 3, "a unit"));
+    uint64_t ns = span_peer_pid_ns();
+    EXPECT_EQ(UCS_OK, span_peer_check(getpid(), ns, 3, "a unit"));
     log_counter logs;
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_spill_peer_check(0, ns, 3, "a unit"));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_peer_check(0, ns, 3, "a unit"));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_spill_peer_check(0x80000000u, ns, 3, "a unit"));
+              span_peer_check(0x80000000u, ns, 3, "a unit"));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_spill_peer_check(getpid(), ns, 0x80000000u, "a unit"));
+              span_peer_check(getpid(), ns, 0x80000000u, "a unit"));
     EXPECT_EQ(UCS_ERR_UNREACHABLE,
-              span_spill_peer_check(getpid(), ns + 1, 3, "a unit"));
+              span_peer_check(getpid(), ns + 1, 3, "a unit"));
     EXPECT_EQ(UCS_ERR_UNREACHABLE,
-              span_spill_peer_check(getpid(), ns ^ (1ull << 63), 3, "a unit"));
+              span_peer_check(getpid(), ns ^ (1ull << 63), 3, "a unit"));
     EXPECT_EQ(5u, logs.count("a unit"));
     EXPECT_EQ(1u, logs.count("is on another host"));
 }

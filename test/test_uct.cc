@@ -9,7 +9,7 @@
 
 #include "test_deadline.h"
 extern "C" {
-#include "span_rkey.h"
+#include "key/span_rkey.h"
 }
 #include "test_log.h"
 #include "test_uct_util.h"
@@ -2067,7 +2067,7 @@ TEST(span_rkey_compare, vmm_keys_of_different_exporters_differ)
     a->geom.num_chunks = 2;
     a->inner_component = (uct_component_t*)find_component("cma");
     a->num_inner       = a->geom.num_chunks;
-    span_cuda_vmm_map_t map_a = {}, map_b;
+    span_vmm_map_t map_a = {}, map_b;
     a->vmm             = &map_a;
     a->vmm->length     = a->geom.length;
     a->vmm->pid_ns     = 4026531836ull;

@@ -14,7 +14,7 @@
 extern "C" {
 #include "resolvers/span_cuda_vmm_cache.h"
 #include "resolvers/span_cuda_vmm_export.h"
-#include "span_spill.h"
+#include "base/span_peer.h"
 }
 
 #include <sys/mman.h>
@@ -49,18 +49,18 @@ const span_cuda_vmm_export_ops_t unit_ops = {unit_buffer_id, unit_export_fd};
 } // namespace
 
 /* The import the cache calls, faked */
-extern "C" ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
+extern "C" ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
                                              const span_chunk_geom_t *geom,
-                                             span_cuda_vmm_map_t *map)
+                                             span_vmm_map_t *map)
 {
     memset(map, 0, sizeof(*map));
     map->pid    = getpid();
-    map->pid_ns = span_spill_pid_ns();
+    map->pid_ns = span_peer_pid_ns();
     map->base   = 0x7000000000ull + ((uint64_t)++imports << 30);
     return UCS_OK;
 }
 
-extern "C" void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
+extern "C" void span_cuda_vmm_unmap(span_vmm_map_t *map)
 {
     ++unmaps;
     unmapped.push_back(map->base);
@@ -73,7 +73,7 @@ protected:
     static void SetUpTestSuite()
     {
         /* the export table lives as long as the process: made first */
-        span_cuda_vmm_key_t key;
+        span_vmm_key_t key;
         span_cuda_vmm_export_t *e;
         ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(&unit_ops, 0x7c0000000000ull,
                                                    2 << 20, &key, &e));
@@ -97,10 +97,10 @@ protected:
     }
 
     /* A unit the exporter (this process) exports, of 2 MiB */
-    span_cuda_vmm_key_t export_unit()
+    span_vmm_key_t export_unit()
     {
         static uint64_t next = 0x7d0000000000ull;
-        span_cuda_vmm_key_t key;
+        span_vmm_key_t key;
         span_cuda_vmm_export_t *e;
 
         EXPECT_EQ(UCS_OK, span_cuda_vmm_export_get(&unit_ops, next, 2 << 20,
@@ -112,14 +112,14 @@ protected:
 
     /* The exporter deregisters the unit; with reuse, the next export takes
      * its descriptor's number (returned) */
-    span_cuda_vmm_key_t unexport(const span_cuda_vmm_key_t &key, bool reuse)
+    span_vmm_key_t unexport(const span_vmm_key_t &key, bool reuse)
     {
         span_cuda_vmm_export_put(m_exports[key.serial]);
         m_exports.erase(key.serial);
         if (!reuse) {
             return key;
         }
-        span_cuda_vmm_key_t again = export_unit();
+        span_vmm_key_t again = export_unit();
         EXPECT_EQ(key.fd, again.fd);
         return again;
     }
@@ -133,10 +133,10 @@ protected:
         return g;
     }
 
-    span_cuda_vmm_map_t *get(const std::vector<span_cuda_vmm_key_t> &k)
+    span_vmm_map_t *get(const std::vector<span_vmm_key_t> &k)
     {
         span_chunk_geom_t g = geom(k.size());
-        span_cuda_vmm_map_t *map = NULL;
+        span_vmm_map_t *map = NULL;
 
         EXPECT_EQ(UCS_OK, span_cuda_vmm_cache_get(k.data(), &g, &map));
         return map;
@@ -148,14 +148,14 @@ protected:
 
 TEST_F(vmm_cache, units_still_exported_are_mapped_once)
 {
-    std::vector<span_cuda_vmm_key_t> k = {export_unit(), export_unit()};
-    span_cuda_vmm_map_t *a = get(k), *b = get(k);
+    std::vector<span_vmm_key_t> k = {export_unit(), export_unit()};
+    span_vmm_map_t *a = get(k), *b = get(k);
 
     EXPECT_EQ(a, b);
     span_cuda_vmm_cache_put(a);
     span_cuda_vmm_cache_put(b);
     /* unused, kept: the next rendezvous message maps nothing */
-    span_cuda_vmm_map_t *c = get(k);
+    span_vmm_map_t *c = get(k);
     EXPECT_EQ(a, c);
     EXPECT_EQ(1, imports);
     EXPECT_EQ(0, unmaps);
@@ -164,12 +164,12 @@ TEST_F(vmm_cache, units_still_exported_are_mapped_once)
 
 TEST_F(vmm_cache, a_deregistered_unit_is_mapped_anew)
 {
-    span_cuda_vmm_key_t unit = export_unit();
-    std::vector<span_cuda_vmm_key_t> k = {export_unit(), unit};
+    span_vmm_key_t unit = export_unit();
+    std::vector<span_vmm_key_t> k = {export_unit(), unit};
 
     span_cuda_vmm_cache_put(get(k));
     unexport(unit, false);
-    span_cuda_vmm_map_t *m = get(k); /* the fake import maps anyway */
+    span_vmm_map_t *m = get(k); /* the fake import maps anyway */
     EXPECT_EQ(2, imports);
     EXPECT_EQ(1, unmaps) << "the stale unused mapping was kept";
     span_cuda_vmm_cache_put(m);
@@ -178,13 +178,13 @@ TEST_F(vmm_cache, a_deregistered_unit_is_mapped_anew)
 
 TEST_F(vmm_cache, a_number_used_again_is_another_unit)
 {
-    span_cuda_vmm_key_t unit = export_unit();
-    std::vector<span_cuda_vmm_key_t> k = {unit};
+    span_vmm_key_t unit = export_unit();
+    std::vector<span_vmm_key_t> k = {unit};
 
-    span_cuda_vmm_map_t *old = get(k);
+    span_vmm_map_t *old = get(k);
     /* while an rkey still uses the mapping */
-    std::vector<span_cuda_vmm_key_t> k2 = {unexport(unit, true)};
-    span_cuda_vmm_map_t *m = get(k2);
+    std::vector<span_vmm_key_t> k2 = {unexport(unit, true)};
+    span_vmm_map_t *m = get(k2);
     EXPECT_NE(old, m);
     EXPECT_EQ(2, imports);
     EXPECT_EQ(0, unmaps);
@@ -201,8 +201,8 @@ TEST_F(vmm_cache, a_number_used_again_is_another_unit)
  * own */
 TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
 {
-    std::vector<span_cuda_vmm_key_t> k = {export_unit()}, k2 = {export_unit()};
-    span_cuda_vmm_map_t *idle = get(k), *held = get(k2);
+    std::vector<span_vmm_key_t> k = {export_unit()}, k2 = {export_unit()};
+    span_vmm_map_t *idle = get(k), *held = get(k2);
     uint64_t idle_base = idle->base, held_base = held->base;
 
     span_cuda_vmm_cache_put(idle); /* cached, unused */
@@ -213,7 +213,7 @@ TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
                    std::count(unmapped.begin(), unmapped.end(), held_base);
         };
         span_chunk_geom_t g = geom(1);
-        span_cuda_vmm_map_t *m;
+        span_vmm_map_t *m;
 
         unmapped.clear();
         TEST_CHILD_CHECK(span_cuda_vmm_cache_get(k.data(), &g, &m) == UCS_OK);
@@ -240,8 +240,8 @@ TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
 TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
 {
     const int held = 64, children = 20;
-    std::vector<span_cuda_vmm_map_t*> maps;
-    std::vector<span_cuda_vmm_key_t> k = {export_unit()};
+    std::vector<span_vmm_map_t*> maps;
+    std::vector<span_vmm_key_t> k = {export_unit()};
     std::atomic<bool> stop{false};
 
     for (int i = 0; i < held; ++i) { /* a long list to walk */
@@ -255,7 +255,7 @@ TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
     for (int c = 0; c < children; ++c) {
         pid_t child = test_fork([&] {
             span_chunk_geom_t g = geom(1);
-            span_cuda_vmm_map_t *m;
+            span_vmm_map_t *m;
 
             TEST_CHILD_CHECK(span_cuda_vmm_cache_get(k.data(), &g, &m) ==
                              UCS_OK);
@@ -280,7 +280,7 @@ TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
 TEST_F(vmm_cache, unused_mappings_are_bounded)
 {
     const int n = SPAN_CUDA_VMM_CACHE_IDLE + 3;
-    std::vector<std::vector<span_cuda_vmm_key_t>> k;
+    std::vector<std::vector<span_vmm_key_t>> k;
 
     for (int i = 0; i < n; ++i) {
         k.push_back({export_unit()});

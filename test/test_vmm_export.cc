@@ -57,7 +57,7 @@ protected:
     static void SetUpTestSuite()
     {
         /* the table lives as long as the process: made before counting */
-        span_cuda_vmm_key_t key;
+        span_vmm_key_t key;
         span_cuda_vmm_export_t *e;
 
         fake_ids[base] = 1;
@@ -82,7 +82,7 @@ protected:
     }
 
     span_cuda_vmm_export_t *get(uint64_t addr, uint64_t size,
-                                span_cuda_vmm_key_t *key)
+                                span_vmm_key_t *key)
     {
         span_cuda_vmm_export_t *e = NULL;
 
@@ -93,14 +93,14 @@ protected:
 
     /* what an importer gets for the key: UCS_OK where it took the
      * descriptor, checked to be the exporter's */
-    ucs_status_t take(const span_cuda_vmm_key_t &key)
+    ucs_status_t take(const span_vmm_key_t &key)
     {
         return take(pidfd, key, 0);
     }
 
     /* ... of exporter (pidfd), whose descriptor is the file of inode ino
      * (0: this process's key.fd) */
-    static ucs_status_t take(int exporter, const span_cuda_vmm_key_t &key,
+    static ucs_status_t take(int exporter, const span_vmm_key_t &key,
                              ino_t ino)
     {
         ucs_status_t status;
@@ -132,7 +132,7 @@ protected:
 
 TEST_F(vmm_export, registrations_of_a_unit_share_one_export)
 {
-    span_cuda_vmm_key_t k1, k2, k3;
+    span_vmm_key_t k1, k2, k3;
 
     fake_ids[base]           = 10;
     fake_ids[base + 2 * MiB] = 11;
@@ -157,7 +157,7 @@ TEST_F(vmm_export, registrations_of_a_unit_share_one_export)
 
 TEST_F(vmm_export, a_number_used_again_is_refused_for_the_old_key)
 {
-    span_cuda_vmm_key_t old_key, new_key;
+    span_vmm_key_t old_key, new_key;
 
     fake_ids[base]           = 20;
     fake_ids[base + 8 * MiB] = 21;
@@ -172,7 +172,7 @@ TEST_F(vmm_export, a_number_used_again_is_refused_for_the_old_key)
 
 TEST_F(vmm_export, an_unmap_withdraws_the_export_at_once)
 {
-    span_cuda_vmm_key_t key, again;
+    span_vmm_key_t key, again;
 
     fake_ids[base] = 30;
     span_cuda_vmm_export_t *e = get(base, 4 * MiB, &key);
@@ -191,7 +191,7 @@ TEST_F(vmm_export, an_unmap_withdraws_the_export_at_once)
 
 TEST_F(vmm_export, an_unmap_elsewhere_leaves_it)
 {
-    span_cuda_vmm_key_t key;
+    span_vmm_key_t key;
 
     fake_ids[base] = 40;
     span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
@@ -203,7 +203,7 @@ TEST_F(vmm_export, an_unmap_elsewhere_leaves_it)
 
 TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
 {
-    span_cuda_vmm_key_t key, bad;
+    span_vmm_key_t key, bad;
     int other = memfd_create("ucx-span-vmm", MFD_CLOEXEC); /* an impostor */
 
     fake_ids[base] = 50;
@@ -246,7 +246,7 @@ TEST_F(vmm_export, threads_share_and_release_exports)
         pool.emplace_back([&, t] {
             std::vector<span_cuda_vmm_export_t*> held;
             for (int i = 0; i < rounds; ++i) {
-                span_cuda_vmm_key_t key;
+                span_vmm_key_t key;
                 span_cuda_vmm_export_t *e;
                 uint64_t u = (i * 7 + t) % units;
                 ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(
@@ -276,7 +276,7 @@ TEST_F(vmm_export, threads_share_and_release_exports)
 /* What a child forked after exports sends its parent: a key of its own
  * export and the inode of its descriptor */
 struct child_export {
-    span_cuda_vmm_key_t key;
+    span_vmm_key_t key;
     ino_t               ino;
 };
 
@@ -286,7 +286,7 @@ struct child_export {
 TEST_F(vmm_export, a_child_leaves_the_parents_exports_alone)
 {
     int to_parent[2], hold[2];
-    span_cuda_vmm_key_t key;
+    span_vmm_key_t key;
     child_export mine;
 
     fake_ids[base]            = 70;
@@ -352,7 +352,7 @@ TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
     fake_ids[base + 32 * MiB] = 90;
     std::thread worker([&] {
         for (int i = 0; !stop; ++i) {
-            span_cuda_vmm_key_t key;
+            span_vmm_key_t key;
             span_cuda_vmm_export_t *e;
             ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(
                     &fake_ops, base + (i % units) * 2 * MiB, 2 * MiB, &key,
@@ -362,7 +362,7 @@ TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
     });
     for (int c = 0; c < children; ++c) {
         pid_t child = test_fork([&] {
-            span_cuda_vmm_key_t key;
+            span_vmm_key_t key;
             span_cuda_vmm_export_t *e;
             struct stat st;
             int self = syscall(SYS_pidfd_open, getpid(), 0);
@@ -392,7 +392,7 @@ TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
 
 TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)
 {
-    span_cuda_vmm_key_t key;
+    span_vmm_key_t key;
     span_cuda_vmm_export_t *e;
 
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,

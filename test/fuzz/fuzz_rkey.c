@@ -9,7 +9,7 @@
  * buffer of exactly the rkey_packed_size of the twin MD it names, one that
  * never cuts keys or one that does (the input's first byte chooses).
  */
-#include "span_rkey.h"
+#include "key/span_rkey.h"
 
 #include <ucs/debug/log_def.h>
 #include <stdio.h>
@@ -77,7 +77,7 @@ static void span_fuzz_lookup(const span_chunk_geom_t *geom, uint64_t addr)
 /* Span's VMM unit keys, decoded as span_rkey_unpack does */
 static void span_fuzz_vmm_keys(const span_rkey_desc_t *desc)
 {
-    span_cuda_vmm_key_t *keys = malloc(desc->geom.num_chunks * sizeof(*keys));
+    span_vmm_key_t *keys = malloc(desc->geom.num_chunks * sizeof(*keys));
 
     if (keys != NULL) {
         span_rkey_vmm_keys(desc, keys);

@@ -12,7 +12,7 @@
  * whose packed size fits it (fuzz_rkey.c).
  *   seed_rkey DIR
  */
-#include "span_rkey.h"
+#include "key/span_rkey.h"
 
 #include <ucs/debug/log_def.h>
 #include <stdio.h>
@@ -122,7 +122,7 @@ static void seed_inner(void)
 
 static void seed_vmm(void)
 {
-    static span_cuda_vmm_key_t keys[90];
+    static span_vmm_key_t keys[90];
     const uint64_t serials[][2] = {{1, 1}, {INT64_MAX - 89, INT64_MAX},
                                    {INT64_MAX, 1}};
     const uint32_t fds[][2]     = {{0, 1}, {INT32_MAX - 89, INT32_MAX},
@@ -131,7 +131,7 @@ static void seed_vmm(void)
     unsigned s, f, i, n;
 
     desc.component_id = span_rkey_component_id("fuzz_cut");
-    desc.key_size     = SPAN_CUDA_VMM_KEY_SIZE;
+    desc.key_size     = SPAN_VMM_KEY_SIZE;
     desc.span_vmm     = 1;
     for (s = 0; s < 3; ++s) {
         for (f = 0; f < 3; ++f) {

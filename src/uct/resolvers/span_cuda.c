@@ -6,7 +6,7 @@
 #endif
 
 #include "span_cuda.h"
-#include "span_chunk.h"
+#include "base/span_chunk.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>

@@ -6,7 +6,7 @@
 #endif
 
 #include "span_cuda_copy.h"
-#include "span_completion.h"
+#include "base/span_completion.h"
 
 #include <ucs/datastruct/list.h>
 #include <ucs/debug/log_def.h>
@@ -17,7 +17,7 @@
 #include "span_libcuda.h"
 
 /* Devices an engine keeps a stream for; the bit mask of a mapping's
- * devices (span_cuda_vmm_map_t.devices) has as many */
+ * devices (span_vmm_map_t.devices) has as many */
 #define SPAN_CUDA_COPY_MAX_DEVICES 64
 
 /* The copies of one op, ended by one event of its device's pool */
@@ -100,7 +100,7 @@ static ucs_status_t span_cuda_copy_stream(span_cuda_copy_t *copy, int device)
 /* The device whose context copies: the local buffer's, where it is device
  * memory; the mapping gets access from it on first use */
 static ucs_status_t span_cuda_copy_device(span_cuda_copy_t *copy,
-                                          span_cuda_vmm_map_t *map,
+                                          span_vmm_map_t *map,
                                           const void *local, int *device_p)
 {
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, 0},
@@ -200,7 +200,7 @@ static ucs_status_t span_cuda_copy_issue(CUstream stream,
 }
 
 ucs_status_t span_cuda_copy_post(span_cuda_copy_t *copy,
-                                 span_cuda_vmm_map_t *map, int is_put,
+                                 span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,
                                  uint8_t *remote, uct_completion_t *comp)
 {
@@ -364,7 +364,7 @@ void span_cuda_copy_destroy(span_cuda_copy_t *copy)
 }
 
 ucs_status_t span_cuda_copy_post(span_cuda_copy_t *copy,
-                                 span_cuda_vmm_map_t *map, int is_put,
+                                 span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,
                                  uint8_t *remote, uct_completion_t *comp)
 {

@@ -8,35 +8,16 @@
 #include "span_cuda_vmm.h"
 #include "span_cuda_vmm_export.h"
 #include "span_rocm_vmm.h"
-#include "span_spill.h"
+#include "base/span_hash.h"
+#include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 #include <string.h>
 
-static int span_cuda_vmm_cmp(uint64_t a, uint64_t b)
-{
-    return (a > b) - (a < b);
-}
-
-int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
-                          const span_cuda_vmm_map_t *b)
-{
-    int result = span_cuda_vmm_cmp(a->pid_ns, b->pid_ns);
-
-    if (result == 0) {
-        result = span_cuda_vmm_cmp(a->pid, b->pid);
-    }
-    if (result == 0) {
-        result = span_cuda_vmm_cmp(a->keys_sum, b->keys_sum);
-    }
-    return result;
-}
-
 #if HAVE_CUDA
 #include "span_libcuda.h"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
 static int span_cuda_vmm_ready(void)
@@ -100,7 +81,7 @@ ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p)
 
 /* Maps one unit of the exporter's at addr */
 static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
-                                           const span_cuda_vmm_key_t *key,
+                                           const span_vmm_key_t *key,
                                            uint32_t pid, uint64_t addr,
                                            uint64_t size)
 {
@@ -109,18 +90,8 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
     CUresult res;
     int fd;
 
-    if ((key->magic != SPAN_CUDA_VMM_MAGIC) || (key->pid != pid) ||
-        (key->size != size)) {
-        ucs_error("span cuda vmm: a unit key does not describe the %" PRIu64
-                  "-byte unit of process %u the rkey's geometry makes", size,
-                  pid);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    status = span_spill_peer_check(pid, key->pid_ns, key->fd, "a VMM unit");
-    if (status != UCS_OK) {
-        return status;
-    }
-    status = span_cuda_vmm_table_take(pidfd, table, key, &fd);
+    status = span_cuda_vmm_unit_take(pidfd, table, key, SPAN_CUDA_VMM_MAGIC,
+                                     pid, size, &fd);
     if (status != UCS_OK) {
         return status;
     }
@@ -153,7 +124,7 @@ static void span_cuda_vmm_unmap_units(const span_chunk_geom_t *geom,
 /* Maps units [0, *count_p) of the keys at va; *count_p: how many it
  * mapped */
 static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
-                                           const span_cuda_vmm_key_t *keys,
+                                           const span_vmm_key_t *keys,
                                            const span_chunk_geom_t *geom,
                                            uint64_t va, uint32_t *count_p)
 {
@@ -180,7 +151,7 @@ static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
     return status;
 }
 
-static ucs_status_t span_cuda_vmm_map_units(const span_cuda_vmm_key_t *keys,
+static ucs_status_t span_cuda_vmm_map_units(const span_vmm_key_t *keys,
                                             const span_chunk_geom_t *geom,
                                             uint64_t va, int device)
 {
@@ -192,12 +163,12 @@ static ucs_status_t span_cuda_vmm_map_units(const span_cuda_vmm_key_t *keys,
 
     /* the first unit's key names the process and its table; every key is
      * checked */
-    status = span_spill_peer_check(keys[0].pid, keys[0].pid_ns,
-                                   keys[0].table_fd, "a VMM export table");
+    status = span_peer_check(keys[0].pid, keys[0].pid_ns, keys[0].table_fd,
+                             "a VMM export table");
     if (status != UCS_OK) {
         return status;
     }
-    pidfd = syscall(SYS_pidfd_open, keys[0].pid, 0);
+    pidfd = span_peer_pidfd_open(keys[0].pid);
     if (pidfd < 0) {
         ucs_error("span cuda vmm: pidfd_open(%u) failed: %m", keys[0].pid);
         return UCS_ERR_UNREACHABLE;
@@ -215,9 +186,9 @@ static ucs_status_t span_cuda_vmm_map_units(const span_cuda_vmm_key_t *keys,
     return status;
 }
 
-ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map)
+                                  span_vmm_map_t *map)
 {
     CUdeviceptr va;
     ucs_status_t status;
@@ -246,13 +217,13 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
     map->devices  = (map->device < 64) ? (1ull << map->device) : 0;
     map->base     = va;
     map->length   = geom->length;
-    map->keys_sum = span_rkey_hash(keys, geom->num_chunks * sizeof(*keys));
+    map->keys_sum = span_hash_fnv(keys, geom->num_chunks * sizeof(*keys));
     map->pid      = keys[0].pid;
     map->pid_ns   = keys[0].pid_ns;
     return status;
 }
 
-void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
+void span_cuda_vmm_unmap(span_vmm_map_t *map)
 {
     if (map->rocm) {
         span_rocm_vmm_unmap(map);
@@ -268,9 +239,9 @@ ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p)
     return UCS_ERR_UNSUPPORTED;
 }
 
-ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map)
+                                  span_vmm_map_t *map)
 {
     if (keys[0].magic == SPAN_ROCM_VMM_MAGIC) {
         return span_rocm_vmm_import(keys, geom, map);
@@ -280,7 +251,7 @@ ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
     return UCS_ERR_UNREACHABLE;
 }
 
-void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map)
+void span_cuda_vmm_unmap(span_vmm_map_t *map)
 {
     if (map->rocm) {
         span_rocm_vmm_unmap(map);

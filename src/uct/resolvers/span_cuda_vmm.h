@@ -17,74 +17,29 @@
  * (span_cuda_vmm_export.h); the exporter's export table tells an importer
  * whether a descriptor number still is the export its key names.
  *
- * A unit's key (span_cuda_vmm_key_t, in this process's byte order: keys
- * cross to a peer only inside a span rkey, span_rkey.c, or a spill slot of
- * the same node):
- *   magic     SPAN_CUDA_VMM_MAGIC
- *   pid       the exporter
- *   fd        its descriptor of the unit's handle
- *   table_fd  its descriptor of its export table
- *   size      of the unit, as the rkey's geometry makes it
- *   pid_ns    the exporter's PID namespace with its host
- *             (span_spill_pid_ns): pid and the descriptors are
- *             checked (span_spill_peer_check) before any is looked up
- *   serial    of the export, unique in the exporter: what its table says
- *             of fd while the unit is exported
- *   table_id  random, in the table's header: a recycled pid or table
- *             descriptor is refused
+ * A unit's key and a mapping of a peer's units are span_vmm.h's.
  */
 #ifndef SPAN_CUDA_VMM_H_
 #define SPAN_CUDA_VMM_H_
 
-#include "span_chunk.h"
+#include "span_vmm.h"
+#include "base/span_chunk.h"
 
 #include <ucs/type/status.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define SPAN_CUDA_VMM_MAGIC 0x4d565053u /* "SPVM" */
-
-typedef struct span_cuda_vmm_key {
-    uint32_t magic;
-    uint32_t pid;
-    uint32_t fd;
-    uint32_t table_fd;
-    uint64_t size;
-    uint64_t pid_ns;
-    uint64_t serial;
-    uint64_t table_id;
-} span_cuda_vmm_key_t;
-
-#define SPAN_CUDA_VMM_KEY_SIZE sizeof(span_cuda_vmm_key_t)
 
 /* The one driver round trip of an export: *fd_p, the caller's to close,
  * shares the VMM handle mapped at base; UCS_ERR_UNSUPPORTED where that is
  * not memory that can be shared as a POSIX fd */
 ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p);
 
-/* The exporter's units mapped into this process */
-typedef struct span_cuda_vmm_map {
-    uint64_t base;     /* local address of the extent's first byte */
-    uint64_t length;
-    int      device;   /* the device given access at import */
-    uint64_t devices;  /* bit per device given access since */
-    uint32_t pid;      /* the exporter, */
-    uint64_t pid_ns;
-    uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
-    int      rocm;     /* mapped by HIP (span_rocm_vmm.h) */
-} span_cuda_vmm_map_t;
-
 /* Maps the geometry's units from their keys, contiguous. Through the
  * import cache (span_cuda_vmm_cache.h). Keys of ROCm units go to
  * span_rocm_vmm.h. */
-ucs_status_t span_cuda_vmm_import(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map);
-void span_cuda_vmm_unmap(span_cuda_vmm_map_t *map);
-
-/* Orders mappings by the exporter's units they map (not by where they are
- * mapped here): 0 where both map the same units */
-int span_cuda_vmm_compare(const span_cuda_vmm_map_t *a,
-                          const span_cuda_vmm_map_t *b);
+                                  span_vmm_map_t *map);
+void span_cuda_vmm_unmap(span_vmm_map_t *map);
 
 #endif

@@ -21,11 +21,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct span_cuda_vmm_entry {
-    span_cuda_vmm_map_t map;       /* what rkeys point to: first */
+    span_vmm_map_t map;       /* what rkeys point to: first */
     ucs_list_link_t     list;      /* in the cache, least recently used first */
     int                 listed;
     unsigned            refcount;  /* rkeys that use it */
@@ -33,7 +32,7 @@ typedef struct span_cuda_vmm_entry {
     span_chunk_geom_t   geom;
     span_cuda_vmm_table_view_t view; /* the exporter's table */
     size_t              keys_size;
-    span_cuda_vmm_key_t keys[];    /* as the exporter packed them */
+    span_vmm_key_t keys[];    /* as the exporter packed them */
 } span_cuda_vmm_entry_t;
 
 static UCS_LIST_HEAD(span_cuda_vmm_cache);
@@ -171,7 +170,7 @@ span_cuda_vmm_cache_lookup(const uint8_t *keys, size_t size,
     return found;
 }
 
-static ucs_status_t span_cuda_vmm_entry_new(const span_cuda_vmm_key_t *keys,
+static ucs_status_t span_cuda_vmm_entry_new(const span_vmm_key_t *keys,
                                             const span_chunk_geom_t *geom,
                                             span_cuda_vmm_entry_t **entry_p)
 {
@@ -199,9 +198,9 @@ static ucs_status_t span_cuda_vmm_entry_new(const span_cuda_vmm_key_t *keys,
     return UCS_OK;
 }
 
-ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_cache_get(const span_vmm_key_t *keys,
                                      const span_chunk_geom_t *geom,
-                                     span_cuda_vmm_map_t **map_p)
+                                     span_vmm_map_t **map_p)
 {
     UCS_LIST_HEAD(dropped);
     span_cuda_vmm_entry_t *entry;
@@ -241,7 +240,7 @@ ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
     return UCS_OK;
 }
 
-void span_cuda_vmm_cache_put(span_cuda_vmm_map_t *map)
+void span_cuda_vmm_cache_put(span_vmm_map_t *map)
 {
     span_cuda_vmm_entry_t *entry = ucs_container_of(map,
                                                     span_cuda_vmm_entry_t,

@@ -24,12 +24,12 @@
 #define SPAN_CUDA_VMM_CACHE_IDLE 8
 
 /* The mapping of the units the keys name, with one more reference */
-ucs_status_t span_cuda_vmm_cache_get(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_cache_get(const span_vmm_key_t *keys,
                                      const span_chunk_geom_t *geom,
-                                     span_cuda_vmm_map_t **map_p);
+                                     span_vmm_map_t **map_p);
 
 /* Drops a reference of span_cuda_vmm_cache_get */
-void span_cuda_vmm_cache_put(span_cuda_vmm_map_t *map);
+void span_cuda_vmm_cache_put(span_vmm_map_t *map);
 
 /* Unmaps every unused mapping */
 void span_cuda_vmm_cache_purge(void);

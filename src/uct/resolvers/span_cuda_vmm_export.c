@@ -9,7 +9,7 @@
  * the child starts from a consistent state with the lock free.
  */
 #include "span_cuda_vmm_export.h"
-#include "span_spill.h"
+#include "base/span_peer.h"
 
 #include <ucs/datastruct/hlist.h>
 #include <ucs/datastruct/list.h>
@@ -26,7 +26,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -189,14 +188,14 @@ static ucs_status_t span_cuda_vmm_table_reserve(int fd)
 }
 
 static void span_cuda_vmm_export_key(const span_cuda_vmm_export_t *export,
-                                     span_cuda_vmm_key_t *key)
+                                     span_vmm_key_t *key)
 {
     key->magic    = SPAN_CUDA_VMM_MAGIC;
     key->pid      = getpid();
     key->fd       = export->fd;
     key->table_fd = span_cuda_vmm_exports.table;
     key->size     = export->size;
-    key->pid_ns   = span_spill_pid_ns();
+    key->pid_ns   = span_peer_pid_ns();
     key->serial   = export->serial;
     key->table_id = span_cuda_vmm_exports.table_id;
 }
@@ -263,7 +262,7 @@ static void span_cuda_vmm_export_withdraw(span_cuda_vmm_export_t *export)
 
 ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
                                       uint64_t base, uint64_t size,
-                                      span_cuda_vmm_key_t *key,
+                                      span_vmm_key_t *key,
                                       span_cuda_vmm_export_t **export_p)
 {
     span_cuda_vmm_export_t *export, *shared;
@@ -363,24 +362,21 @@ static int span_cuda_vmm_table_read(int table, int fd,
                  span_cuda_vmm_table_offset(fd)) == sizeof(*entry);
 }
 
-ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_cuda_vmm_key_t *key,
+ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_vmm_key_t *key,
                                       int *table_p)
 {
-    char self[64], link[PATH_MAX];
+    char link[PATH_MAX];
     uint64_t header[2];
     struct stat st;
-    ssize_t len;
     int table;
 
-    table = syscall(SYS_pidfd_getfd, pidfd, (int)key->table_fd, 0);
+    table = span_peer_pidfd_getfd(pidfd, key->table_fd);
     if (table < 0) {
         ucs_error("span cuda vmm: cannot take the export table (descriptor "
                   "%u) of process %u: %m", key->table_fd, key->pid);
         return UCS_ERR_UNREACHABLE;
     }
-    snprintf(self, sizeof(self), "/proc/self/fd/%d", table);
-    len = readlink(self, link, sizeof(link) - 1);
-    link[(len < 0) ? 0 : len] = '\0';
+    span_peer_fd_link(table, link, sizeof(link));
     if ((fstat(table, &st) != 0) || !S_ISREG(st.st_mode) ||
         strncmp(link, SPAN_CUDA_VMM_TABLE_LINK,
                 strlen(SPAN_CUDA_VMM_TABLE_LINK)) ||
@@ -399,7 +395,7 @@ ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_cuda_vmm_key_t *key,
 }
 
 /* Whether the exporter's table says fd is the key's export */
-static int span_cuda_vmm_table_says(int table, const span_cuda_vmm_key_t *key)
+static int span_cuda_vmm_table_says(int table, const span_vmm_key_t *key)
 {
     span_cuda_vmm_table_entry_t entry;
 
@@ -408,13 +404,13 @@ static int span_cuda_vmm_table_says(int table, const span_cuda_vmm_key_t *key)
 }
 
 ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
-                                      const span_cuda_vmm_key_t *key,
+                                      const span_vmm_key_t *key,
                                       int *fd_p)
 {
     int fd = -1;
 
     if (span_cuda_vmm_table_says(table, key)) {
-        fd = syscall(SYS_pidfd_getfd, pidfd, (int)key->fd, 0);
+        fd = span_peer_pidfd_getfd(pidfd, key->fd);
         if (fd < 0) {
             ucs_error("span cuda vmm: pidfd_getfd(fd %u of process %u) "
                       "failed: %m (ptrace attach rights over the exporter "
@@ -438,7 +434,26 @@ ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
     return UCS_ERR_INVALID_ADDR;
 }
 
-ucs_status_t span_cuda_vmm_table_view_open(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_unit_take(int pidfd, int table,
+                                     const span_vmm_key_t *key, uint32_t magic,
+                                     uint32_t pid, uint64_t size, int *fd_p)
+{
+    ucs_status_t status;
+
+    if ((key->magic != magic) || (key->pid != pid) || (key->size != size)) {
+        ucs_error("span vmm: a unit key does not describe the %" PRIu64
+                  "-byte unit of process %u the rkey's geometry makes", size,
+                  pid);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    status = span_peer_check(pid, key->pid_ns, key->fd, "a VMM unit");
+    if (status != UCS_OK) {
+        return status;
+    }
+    return span_cuda_vmm_table_take(pidfd, table, key, fd_p);
+}
+
+ucs_status_t span_cuda_vmm_table_view_open(const span_vmm_key_t *keys,
                                            uint32_t n,
                                            span_cuda_vmm_table_view_t *view)
 {
@@ -453,7 +468,7 @@ ucs_status_t span_cuda_vmm_table_view_open(const span_cuda_vmm_key_t *keys,
         max_fd = ucs_max(max_fd, keys[i].fd);
     }
     length = span_cuda_vmm_table_offset(max_fd + 1);
-    pidfd  = syscall(SYS_pidfd_open, keys[0].pid, 0);
+    pidfd  = span_peer_pidfd_open(keys[0].pid);
     if (pidfd < 0) {
         return UCS_ERR_UNREACHABLE;
     }
@@ -491,7 +506,7 @@ void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view)
 }
 
 int span_cuda_vmm_table_view_holds(const span_cuda_vmm_table_view_t *view,
-                                   const span_cuda_vmm_key_t *key)
+                                   const span_vmm_key_t *key)
 {
     const volatile span_cuda_vmm_table_entry_t *entry;
     uint64_t offset = span_cuda_vmm_table_offset(key->fd);

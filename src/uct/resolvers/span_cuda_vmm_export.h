@@ -32,7 +32,10 @@
 #ifndef SPAN_CUDA_VMM_EXPORT_H_
 #define SPAN_CUDA_VMM_EXPORT_H_
 
-#include "span_cuda_vmm.h"
+#include "span_vmm.h"
+
+#include <ucs/type/status.h>
+#include <stddef.h>
 
 /* What an export asks of the driver; a fake one in the unit tests */
 typedef struct span_cuda_vmm_export_ops {
@@ -49,7 +52,7 @@ typedef struct span_cuda_vmm_export span_cuda_vmm_export_t;
  * cannot be shared */
 ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
                                       uint64_t base, uint64_t size,
-                                      span_cuda_vmm_key_t *key,
+                                      span_vmm_key_t *key,
                                       span_cuda_vmm_export_t **exported_p);
 
 /* Drops a reference; the last withdraws the export */
@@ -61,15 +64,22 @@ void span_cuda_vmm_export_invalidate(uint64_t start, uint64_t length);
 
 /* Importer: this process's copy of the exporter's table that keys name
  * (pidfd: of the exporter), checked to be one; the caller closes it */
-ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_cuda_vmm_key_t *key,
+ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_vmm_key_t *key,
                                       int *table_p);
 
 /* Importer: this process's copy of the unit descriptor key names, taken
  * only while the exporter's table says it is that export; the caller
  * closes it */
 ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
-                                      const span_cuda_vmm_key_t *key,
+                                      const span_vmm_key_t *key,
                                       int *fd_p);
+
+/* Importer: span_cuda_vmm_table_take for a unit the rkey's geometry makes:
+ * the key must be of magic, of process pid and of size bytes, and pid must
+ * be reachable from here (span_peer_check) */
+ucs_status_t span_cuda_vmm_unit_take(int pidfd, int table,
+                                     const span_vmm_key_t *key, uint32_t magic,
+                                     uint32_t pid, uint64_t size, int *fd_p);
 
 /* Importer: a read-only mapping of an exporter's table, up to the entries
  * of the keys it was opened for */
@@ -80,7 +90,7 @@ typedef struct span_cuda_vmm_table_view {
 
 /* Maps the table of the exporter that the n keys name (checked to be one,
  * sealed against shrinking); UCS_ERR_UNREACHABLE where it cannot */
-ucs_status_t span_cuda_vmm_table_view_open(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_cuda_vmm_table_view_open(const span_vmm_key_t *keys,
                                            uint32_t n,
                                            span_cuda_vmm_table_view_t *view);
 
@@ -88,6 +98,6 @@ void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view);
 
 /* Whether the table still says that key's descriptor is its export */
 int span_cuda_vmm_table_view_holds(const span_cuda_vmm_table_view_t *view,
-                                   const span_cuda_vmm_key_t *key);
+                                   const span_vmm_key_t *key);
 
 #endif

@@ -14,6 +14,9 @@
 #include "span_cuda.h"
 #include "span_cuda_vmm_export.h"
 
+/* Name of UCX's ROCm IPC component (and MD) */
+#define SPAN_ROCM_IPC_COMPONENT "rocm_ipc"
+
 /* The real runtime, or NULL where HIP cannot be loaded (or span was built
  * without the ROCm headers) */
 const span_cuda_ops_t *span_rocm_driver(void);

@@ -7,7 +7,7 @@
 
 #include "span_rocm_copy.h"
 #include "span_rocm_vmm.h"
-#include "span_completion.h"
+#include "base/span_completion.h"
 
 #include <ucs/datastruct/list.h>
 #include <ucs/debug/log_def.h>
@@ -145,7 +145,7 @@ static ucs_status_t span_rocm_copy_issue(span_rocm_copy_desc_t *desc,
 }
 
 ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
-                                 span_cuda_vmm_map_t *map, int is_put,
+                                 span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,
                                  uint8_t *remote, uct_completion_t *comp)
 {
@@ -281,7 +281,7 @@ void span_rocm_copy_destroy(span_rocm_copy_t *copy)
 }
 
 ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
-                                 span_cuda_vmm_map_t *map, int is_put,
+                                 span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,
                                  uint8_t *remote, uct_completion_t *comp)
 {

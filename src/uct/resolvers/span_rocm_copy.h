@@ -12,7 +12,7 @@
 #ifndef SPAN_ROCM_COPY_H_
 #define SPAN_ROCM_COPY_H_
 
-#include "span_cuda_vmm.h"
+#include "span_vmm.h"
 
 #include <uct/api/uct.h>
 
@@ -30,7 +30,7 @@ void span_rocm_copy_destroy(span_rocm_copy_t *copy);
  * span_rocm_copy_progress. UCS_OK where nothing moves; an error where
  * nothing was queued or a copy was refused (logged) */
 ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
-                                 span_cuda_vmm_map_t *map, int is_put,
+                                 span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,
                                  uint8_t *remote, uct_completion_t *comp);
 

@@ -7,14 +7,14 @@
 
 #include "span_rocm_vmm.h"
 #include "span_cuda_vmm_export.h"
-#include "span_rkey.h"
-#include "span_spill.h"
+#include "base/span_hash.h"
+#include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 #include <string.h>
 
-void span_rocm_vmm_keys_mark(span_cuda_vmm_key_t *keys, uint32_t n)
+void span_rocm_vmm_keys_mark(span_vmm_key_t *keys, uint32_t n)
 {
     uint32_t i;
 
@@ -26,10 +26,9 @@ void span_rocm_vmm_keys_mark(span_cuda_vmm_key_t *keys, uint32_t n)
 #if HAVE_ROCM
 #include "span_librocm.h"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
-ucs_status_t span_rocm_vmm_access(span_cuda_vmm_map_t *map, int device)
+ucs_status_t span_rocm_vmm_access(span_vmm_map_t *map, int device)
 {
     hipMemAccessDesc access = {{hipMemLocationTypeDevice, device},
                                hipMemAccessFlagsProtReadWrite};
@@ -57,7 +56,7 @@ ucs_status_t span_rocm_vmm_access(span_cuda_vmm_map_t *map, int device)
 
 /* Maps one unit of the exporter's at addr */
 static ucs_status_t span_rocm_vmm_map_unit(int pidfd, int table,
-                                           const span_cuda_vmm_key_t *key,
+                                           const span_vmm_key_t *key,
                                            uint32_t pid, uint64_t addr,
                                            uint64_t size)
 {
@@ -66,18 +65,8 @@ static ucs_status_t span_rocm_vmm_map_unit(int pidfd, int table,
     hipError_t err;
     int fd;
 
-    if ((key->magic != SPAN_ROCM_VMM_MAGIC) || (key->pid != pid) ||
-        (key->size != size)) {
-        ucs_error("span rocm vmm: a unit key does not describe the %" PRIu64
-                  "-byte unit of process %u the rkey's geometry makes", size,
-                  pid);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    status = span_spill_peer_check(pid, key->pid_ns, key->fd, "a VMM unit");
-    if (status != UCS_OK) {
-        return status;
-    }
-    status = span_cuda_vmm_table_take(pidfd, table, key, &fd);
+    status = span_cuda_vmm_unit_take(pidfd, table, key, SPAN_ROCM_VMM_MAGIC,
+                                     pid, size, &fd);
     if (status != UCS_OK) {
         return status;
     }
@@ -112,7 +101,7 @@ static void span_rocm_vmm_unmap_units(const span_chunk_geom_t *geom,
 }
 
 /* Maps every unit of the keys at va, or none */
-static ucs_status_t span_rocm_vmm_map_units(const span_cuda_vmm_key_t *keys,
+static ucs_status_t span_rocm_vmm_map_units(const span_vmm_key_t *keys,
                                             const span_chunk_geom_t *geom,
                                             uint64_t va)
 {
@@ -123,12 +112,12 @@ static ucs_status_t span_rocm_vmm_map_units(const span_cuda_vmm_key_t *keys,
 
     /* the first unit's key names the process and its table; every key is
      * checked */
-    status = span_spill_peer_check(keys[0].pid, keys[0].pid_ns,
-                                   keys[0].table_fd, "a VMM export table");
+    status = span_peer_check(keys[0].pid, keys[0].pid_ns, keys[0].table_fd,
+                             "a VMM export table");
     if (status != UCS_OK) {
         return status;
     }
-    pidfd = syscall(SYS_pidfd_open, keys[0].pid, 0);
+    pidfd = span_peer_pidfd_open(keys[0].pid);
     if (pidfd < 0) {
         ucs_error("span rocm vmm: pidfd_open(%u) failed: %m", keys[0].pid);
         return UCS_ERR_UNREACHABLE;
@@ -150,9 +139,9 @@ static ucs_status_t span_rocm_vmm_map_units(const span_cuda_vmm_key_t *keys,
     return status;
 }
 
-ucs_status_t span_rocm_vmm_import(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_rocm_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map)
+                                  span_vmm_map_t *map)
 {
     ucs_status_t status;
     int device = 0;
@@ -174,7 +163,7 @@ ucs_status_t span_rocm_vmm_import(const span_cuda_vmm_key_t *keys,
     map->rocm     = 1;
     map->base     = (uintptr_t)va;
     map->length   = geom->length;
-    map->keys_sum = span_rkey_hash(keys, geom->num_chunks * sizeof(*keys));
+    map->keys_sum = span_hash_fnv(keys, geom->num_chunks * sizeof(*keys));
     map->pid      = keys[0].pid;
     map->pid_ns   = keys[0].pid_ns;
     status        = span_rocm_vmm_map_units(keys, geom, map->base);
@@ -193,26 +182,26 @@ ucs_status_t span_rocm_vmm_import(const span_cuda_vmm_key_t *keys,
     return status;
 }
 
-void span_rocm_vmm_unmap(span_cuda_vmm_map_t *map)
+void span_rocm_vmm_unmap(span_vmm_map_t *map)
 {
     span_librocm.hipMemUnmap((void*)map->base, map->length);
     span_librocm.hipMemAddressFree((void*)map->base, map->length);
 }
 #else
-ucs_status_t span_rocm_vmm_import(const span_cuda_vmm_key_t *keys,
+ucs_status_t span_rocm_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
-                                  span_cuda_vmm_map_t *map)
+                                  span_vmm_map_t *map)
 {
     ucs_error("span: built without ROCm: cannot map %u device units",
               geom->num_chunks);
     return UCS_ERR_UNREACHABLE;
 }
 
-void span_rocm_vmm_unmap(span_cuda_vmm_map_t *map)
+void span_rocm_vmm_unmap(span_vmm_map_t *map)
 {
 }
 
-ucs_status_t span_rocm_vmm_access(span_cuda_vmm_map_t *map, int device)
+ucs_status_t span_rocm_vmm_access(span_vmm_map_t *map, int device)
 {
     return UCS_ERR_UNSUPPORTED;
 }

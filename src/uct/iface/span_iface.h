@@ -5,7 +5,7 @@
 #ifndef SPAN_IFACE_H_
 #define SPAN_IFACE_H_
 
-#include "span_md.h"
+#include "md/span_md.h"
 
 /* Makes iface, just opened by the inner transport of smd, a twin: patches
  * its ops; closing it restores them and closes the inner iface */

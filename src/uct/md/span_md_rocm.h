@@ -9,9 +9,6 @@
 
 #include "span_md.h"
 
-/* Name of UCX's ROCm IPC component (and MD) */
-#define SPAN_ROCM_IPC_COMPONENT "rocm_ipc"
-
 /* Sets the twin up to resolve ROCm memory, where its inner MD registers
  * it and HIP can be loaded */
 void span_md_rocm_init(span_md_t *smd, const char *md_name);

@@ -20,7 +20,7 @@
  * of another host, is not looked up at all. A PID namespace's inode number
  * is unique only within one kernel (every host's initial namespace has
  * 4026531836), so keys name the namespace with their host's part
- * (span_spill_pid_ns).
+ * (span_peer_pid_ns).
  *
  * Layout: offset 0 holds SPAN_SPILL_MAGIC and the arena id (random, so a
  * recycled pid or descriptor is refused); slots follow, each a header
@@ -29,10 +29,11 @@
  * the keys, so a slot released meanwhile is refused, not half-read.
  */
 #include "span_spill.h"
+#include "base/span_hash.h"
+#include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
-#include <ucs/sys/uid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -259,12 +260,12 @@ ucs_status_t span_spill_put(const void *keys, uint32_t n, size_t K,
     }
 
     spill->pid      = span_spill.pid;
-    spill->pid_ns   = span_spill_pid_ns();
+    spill->pid_ns   = span_peer_pid_ns();
     spill->fd       = span_spill.fd;
     spill->arena_id = span_spill.id;
     spill->offset   = offset;
     spill->seq      = slot.seq;
-    spill->keys_sum = span_rkey_hash(keys, (size_t)n * K);
+    spill->keys_sum = span_hash_fnv(keys, (size_t)n * K);
 out:
     pthread_mutex_unlock(&span_spill.lock);
     return status;
@@ -316,73 +317,13 @@ static ucs_status_t span_spill_read_slot(int fd, const span_rkey_spill_t *spill,
     return UCS_OK;
 }
 
-/* This host as keys name it: 32 bits of UCX's system id, which UCX reads
- * from the kernel's boot id (a random UUID per boot): what tells UCX's own
- * same-host transports apart from other hosts */
-static uint32_t span_spill_host(void)
-{
-    uint64_t id = ucs_get_system_id();
-
-    return (uint32_t)(id ^ (id >> 32));
-}
-
-/* The host's part (high 32 bits) and the inode number in the link
- * "pid:[4026531836]" (low 32 bits; the kernel's are 32-bit; 0 where
- * unreadable). Read each time: a child forked after its parent's
- * unshare(CLONE_NEWPID) inherits the parent's memory but lives in the new
- * namespace. */
-uint64_t span_spill_pid_ns(void)
-{
-    uint64_t host = (uint64_t)span_spill_host() << 32;
-    char link[64], *p;
-    ssize_t len;
-
-    len = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
-    link[(len < 0) ? 0 : len] = '\0';
-    p = strchr(link, '[');
-    if (p == NULL) {
-        ucs_debug("span spill: cannot read /proc/self/ns/pid ('%s')", link);
-        return host;
-    }
-    return host | (uint32_t)strtoull(p + 1, NULL, 10);
-}
-
-ucs_status_t span_spill_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
-                                   const char *what)
-{
-    uint64_t own_ns = span_spill_pid_ns();
-
-    if ((pid_ns >> 32) != (own_ns >> 32)) {
-        ucs_error("span: %s of process %u is on another host (host id 0x%"
-                  PRIx64 ", this one 0x%" PRIx64 "): its pid and descriptor "
-                  "name nothing here", what, pid, pid_ns >> 32, own_ns >> 32);
-        return UCS_ERR_UNREACHABLE;
-    }
-    if (pid_ns != own_ns) {
-        ucs_error("span: %s of process %u is in PID namespace %" PRIu64
-                  ", this process in %" PRIu64 ": it cannot be reached from "
-                  "here", what, pid, (uint64_t)(uint32_t)pid_ns,
-                  (uint64_t)(uint32_t)own_ns);
-        return UCS_ERR_UNREACHABLE;
-    }
-    if ((pid == 0) || (pid > INT_MAX) || (fd > INT_MAX)) {
-        ucs_error("span: %s names descriptor %u of process %u, which no "
-                  "process has", what, fd, pid);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    return UCS_OK;
-}
-
 /* Whether what fd (opened from path) is is the memfd of a spill arena */
 static ucs_status_t span_spill_check_arena(int fd, const char *path)
 {
-    char self[64], link[PATH_MAX];
+    char link[PATH_MAX];
     struct stat st;
-    ssize_t len;
 
-    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-    len = readlink(self, link, sizeof(link) - 1);
-    link[(len < 0) ? 0 : len] = '\0';
+    span_peer_fd_link(fd, link, sizeof(link));
     if ((fstat(fd, &st) != 0) || !S_ISREG(st.st_mode) ||
         strncmp(link, SPAN_SPILL_LINK, strlen(SPAN_SPILL_LINK))) {
         ucs_error("span spill: %s is not a spill arena: it is '%s', of mode "
@@ -400,14 +341,13 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
     ucs_status_t status;
     int fd;
 
-    status = span_spill_peer_check(spill->pid, spill->pid_ns, spill->fd,
+    status = span_peer_check(spill->pid, spill->pid_ns, spill->fd,
                                    "the spill arena");
     if (status != UCS_OK) {
         return status;
     }
 
-    snprintf(path, sizeof(path), "/proc/%u/fd/%u", spill->pid, spill->fd);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    fd = span_peer_fd_open(spill->pid, spill->fd, path, sizeof(path));
     if (fd < 0) {
         ucs_error("span spill: cannot open %s to read %u keys: %m (is the "
                   "peer on another node, or not dumpable?)", path, n);
@@ -434,7 +374,7 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
     }
     if (!span_spill_read(fd, keys, (size_t)n * K,
                          spill->offset + sizeof(span_spill_slot_t)) ||
-        (span_rkey_hash(keys, (size_t)n * K) != spill->keys_sum)) {
+        (span_hash_fnv(keys, (size_t)n * K) != spill->keys_sum)) {
         ucs_error("span spill: the %u keys at offset %" PRIu64 " of %s do "
                   "not match the rkey's checksum 0x%x", n, spill->offset,
                   path, spill->keys_sum);

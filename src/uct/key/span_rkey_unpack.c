@@ -2,25 +2,15 @@
  * The unpacked span rkey: what uct_rkey_t points to for a twin, built from
  * a peer's packed rkey (span_rkey.c), and the span component's rkey ops.
  */
+#include "span_rkey_unpack.h"
 #include "span_rkey.h"
-#include "span_component.h"
 #include "span_spill.h"
 #include "resolvers/span_cuda_vmm_cache.h"
+#include "resolvers/span_rocm.h"
 #include "resolvers/span_rocm_vmm.h"
-#include "span_md_rocm.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
-                            size_t length, uint64_t avail)
-{
-    ucs_error("span: remote access [0x%" PRIx64 ", +%zu) crosses a chunk "
-              "or unit end %" PRIu64 " bytes in (rkey %p, chunks of %" PRIu64
-              ", units of %" PRIu64 "); only zcopy ops are split", addr,
-              length, avail, rkey, rkey->geom.chunk_size,
-              rkey->geom.unit_size);
-}
 
 static void span_rkey_release_inner(span_rkey_t *rkey, uint32_t count)
 {
@@ -79,10 +69,10 @@ static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
                                       uint8_t *keys)
 {
     if (!strcmp(rkey->inner_component->name, SPAN_ROCM_IPC_COMPONENT)) {
-        span_rocm_vmm_keys_mark((span_cuda_vmm_key_t*)keys,
+        span_rocm_vmm_keys_mark((span_vmm_key_t*)keys,
                                 desc->geom.num_chunks);
     }
-    return span_cuda_vmm_cache_get((const span_cuda_vmm_key_t*)keys,
+    return span_cuda_vmm_cache_get((const span_vmm_key_t*)keys,
                                    &desc->geom, &rkey->vmm);
 }
 
@@ -103,7 +93,7 @@ static ucs_status_t span_rkey_keys(const span_rkey_desc_t *desc, uint32_t n,
     if (desc->spilled) {
         status = span_spill_fetch(&desc->spill, n, desc->key_size, keys);
     } else if (desc->span_vmm) {
-        status = span_rkey_vmm_keys(desc, (span_cuda_vmm_key_t*)keys);
+        status = span_rkey_vmm_keys(desc, (span_vmm_key_t*)keys);
     } else {
         for (i = 0; (desc->key_size > 0) && (i < n); ++i) {
             span_rkey_key(desc, i, keys + (i * desc->key_size));
@@ -115,6 +105,22 @@ static ucs_status_t span_rkey_keys(const span_rkey_desc_t *desc, uint32_t n,
     }
     *keys_p = keys;
     return UCS_OK;
+}
+
+/* The inner component whose name hashes to component_id: any component
+ * but the span one, which the rkey ops are of */
+static uct_component_t *span_rkey_inner_component(uct_component_t *span,
+                                                  uint32_t component_id)
+{
+    uct_component_t *component;
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if ((component != span) &&
+            (span_rkey_component_id(component->name) == component_id)) {
+            return component;
+        }
+    }
+    return NULL;
 }
 
 ucs_status_t span_rkey_unpack(uct_component_t *component,
@@ -134,7 +140,7 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
         return status;
     }
 
-    inner_component = span_component_find_inner(desc.component_id);
+    inner_component = span_rkey_inner_component(component, desc.component_id);
     if (inner_component == NULL) {
         ucs_error("span rkey %p: inner component id 0x%x is not loaded in "
                   "this process (does the peer use a transport this one "
@@ -254,7 +260,7 @@ ucs_status_t span_rkey_compare(uct_component_t *component,
     }
     if ((*result == 0) && (a->vmm != NULL)) {
         /* no inner rkeys: the exporter and its units tell the memory */
-        *result = span_cuda_vmm_compare(a->vmm, b->vmm);
+        *result = span_vmm_compare(a->vmm, b->vmm);
     }
     for (i = 0; (*result == 0) && a->inner_unpacked && (i < a->num_inner);
          ++i) {

@@ -5,12 +5,15 @@
 #ifndef SPAN_MD_H_
 #define SPAN_MD_H_
 
-#include "span_chunk.h"
 #include "span_registry.h"
 #include "span_md_inner.h"
-#include "span_rkey.h"
+#include "base/span_chunk.h"
+#include "key/span_rkey.h"
 #include "resolvers/span_cuda.h"
 #include "resolvers/span_cuda_vmm_export.h"
+
+/* A twin is named after its inner MD or transport with this suffix */
+#define SPAN_TWIN_SUFFIX "+"
 
 typedef struct span_md_config {
     uct_md_config_t super;
@@ -23,8 +26,6 @@ typedef struct span_md_config {
     unsigned        test_no_resource;
     int             spill;
 } span_md_config_t;
-
-extern ucs_config_field_t span_md_config_table[];
 
 typedef struct span_md {
     uct_md_t         super;
@@ -73,9 +74,6 @@ typedef struct span_memh {
     span_cuda_vmm_export_t **vmm_exports; /* units span exports, or NULL */
     uct_mem_h         inner[];
 } span_memh_t;
-
-ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
-                          const uct_md_config_t *config, uct_md_h *md_p);
 
 /* Whether memh is a twin MD's. NULL and UCX's dummy handle of MDs that
  * only pretend to register (uct_md_dummy_mem_reg) are not read. */

@@ -6,8 +6,8 @@
 #ifndef SPAN_RKEY_H_
 #define SPAN_RKEY_H_
 
-#include "span_chunk.h"
-#include "resolvers/span_cuda_vmm.h"
+#include "base/span_chunk.h"
+#include "resolvers/span_vmm.h"
 #include "ucx/span_ucx.h"
 
 #include <ucs/debug/log_def.h>
@@ -36,7 +36,7 @@ typedef struct span_rkey_spill {
     uint64_t seq;      /* of the slot; a released slot has another */
     uint32_t keys_sum; /* FNV-1a 32 of the n * K key bytes */
     uint64_t pid_ns;   /* the PID namespace pid belongs to, with its host
-                          (span_spill_pid_ns) */
+                          (span_peer_pid_ns) */
 } span_rkey_spill_t;
 
 typedef struct span_rkey_desc {
@@ -83,9 +83,6 @@ void span_rkey_size_remove(uint32_t component_id, size_t packed_size);
  * where no twin MD of the component is open. */
 ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc);
 
-/* FNV-1a 32 of size bytes, as the format uses it */
-uint32_t span_rkey_hash(const void *data, size_t size);
-
 /* Inner key of chunk index of a parsed rkey whose inner keys are inline,
  * key_size bytes (span_vmm keys: span_rkey_vmm_keys) */
 void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key);
@@ -93,7 +90,7 @@ void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key);
 /* The n unit keys of a parsed span_vmm rkey that carries them inline;
  * UCS_ERR_INVALID_PARAM where its body does not encode n of them */
 ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
-                                span_cuda_vmm_key_t *keys);
+                                span_vmm_key_t *keys);
 
 /* The unpacked rkey: what uct_rkey_t points to for a twin */
 typedef struct span_rkey {
@@ -108,7 +105,7 @@ typedef struct span_rkey {
                                           where the inner key is empty */
     /* the access path: the units mapped here, which ops copy through (no
      * inner rkey), or NULL: ops go through inner[] */
-    span_cuda_vmm_map_t *vmm;
+    span_vmm_map_t *vmm;
     struct {
         uct_rkey_t    rkey;
         void          *handle;
@@ -166,20 +163,4 @@ span_rkey_whole(const span_rkey_t *rkey, uint64_t addr, size_t length,
 }
 
 /* The span component's rkey ops */
-ucs_status_t span_rkey_unpack(uct_component_t *component, const void *buffer,
-                              const uct_rkey_unpack_params_t *params,
-                              uct_rkey_t *rkey_p, void **handle_p);
-
-ucs_status_t span_rkey_release(uct_component_t *component, uct_rkey_t rkey,
-                               void *handle);
-
-ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
-                           void *handle, uint64_t remote_addr,
-                           void **local_addr_p);
-
-ucs_status_t span_rkey_compare(uct_component_t *component, uct_rkey_t rkey1,
-                               uct_rkey_t rkey2,
-                               const uct_rkey_compare_params_t *params,
-                               int *result);
-
 #endif

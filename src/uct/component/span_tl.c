@@ -4,8 +4,8 @@
  * (span_iface.c).
  */
 #include "span_tl.h"
-#include "span_iface.h"
-#include "span_md.h"
+#include "iface/span_iface.h"
+#include "md/span_md.h"
 
 #include <ucs/sys/string.h>
 #include <stdlib.h>
@@ -139,7 +139,8 @@ err_close:
     return status;
 }
 
-ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl)
+ucs_status_t span_tl_add(uct_component_t *span,
+                         uct_component_t *inner_component, uct_tl_t *inner_tl)
 {
     span_tl_t *tl;
 
@@ -172,7 +173,7 @@ ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl)
     tl->inner_component     = inner_component;
 
     span_tls[span_tl_count++] = tl;
-    ucs_list_add_tail(&span_component.tl_list, &tl->super.list);
+    ucs_list_add_tail(&span->tl_list, &tl->super.list);
     return UCS_OK;
 }
 

@@ -23,7 +23,7 @@
  *   32      4     unit_pages     hard boundaries at multiples of this many
  *                                pages (absolute addresses); 0: none
  *   36      1     key_size       K, bytes of one inner key (<= 209); with
- *                                SPAN_VMM, SPAN_CUDA_VMM_KEY_SIZE
+ *                                SPAN_VMM, SPAN_VMM_KEY_SIZE
  *   37      1     num_varying    v, key bytes that differ between keys;
  *                                with SPAN_VMM and not SPILL, the body's
  *                                length in bytes
@@ -64,7 +64,7 @@
  *                                  its host's UCX system id, then the
  *                                  inode number of /proc/self/ns/pid: its
  *                                  pid means nothing in another, nor on
- *                                  another host (span_spill_pid_ns; the
+ *                                  another host (span_peer_pid_ns; the
  *                                  VMM body's pid_ns is the same)
  *   ...     ...   unused up to the twin MD's rkey_packed_size
  *
@@ -76,7 +76,7 @@
  * Keys too large for that (cuda_ipc's are 192 bytes: even two never fit)
  * spill on transports that only reach their own node; so do VMM units
  * whose varints outgrow the 209 bytes (whole keys of
- * SPAN_CUDA_VMM_KEY_SIZE bytes in the slot).
+ * SPAN_VMM_KEY_SIZE bytes in the slot).
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
  * key instead of an access to the wrong bytes; they do not stop a peer that
@@ -92,14 +92,14 @@
  * use.
  */
 #include "span_rkey.h"
+#include "base/span_hash.h"
+#include "resolvers/span_cuda_vmm.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
 
-#define SPAN_RKEY_FNV_OFFSET 2166136261u
-#define SPAN_RKEY_FNV_PRIME  16777619u
 #define SPAN_RKEY_HDR_SUM_OFFSET 38
 #define SPAN_RKEY_SUM_OFFSET     42
 #define SPAN_RKEY_SPILL_SIZE     44
@@ -120,17 +120,6 @@ typedef struct span_rkey_size {
 
 static span_rkey_size_t span_rkey_sizes[SPAN_RKEY_SIZES];
 static pthread_mutex_t  span_rkey_sizes_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint32_t span_rkey_fnv(uint32_t hash, const void *data, size_t size)
-{
-    const uint8_t *p = data;
-    size_t i;
-
-    for (i = 0; i < size; ++i) {
-        hash = (hash ^ p[i]) * SPAN_RKEY_FNV_PRIME;
-    }
-    return hash;
-}
 
 static void span_rkey_put(uint8_t *p, uint64_t value, unsigned size)
 {
@@ -154,9 +143,9 @@ static uint64_t span_rkey_get(const uint8_t *p, unsigned size)
 
 static uint32_t span_rkey_checksum(const uint8_t *buffer, size_t body_size)
 {
-    uint32_t hash = span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, buffer,
+    uint32_t hash = span_hash_fnv(buffer,
                                   SPAN_RKEY_HDR_SUM_OFFSET);
-    return span_rkey_fnv(hash, buffer + SPAN_RKEY_HDR_SIZE, body_size);
+    return span_hash_fnv_update(hash, buffer + SPAN_RKEY_HDR_SIZE, body_size);
 }
 
 static size_t span_rkey_mask_size(size_t key_size)
@@ -250,7 +239,7 @@ static int span_rkey_add_delta(uint64_t *value_p, uint64_t delta,
 /* The VMM body of n unit keys into [out, end): its size, 0 where it does
  * not fit or the keys are not of one exporter and table */
 static size_t span_rkey_pack_vmm(uint8_t *out, const uint8_t *end,
-                                 const span_cuda_vmm_key_t *keys, uint32_t n)
+                                 const span_vmm_key_t *keys, uint32_t n)
 {
     uint8_t *p = out + SPAN_RKEY_VMM_HEAD;
     uint64_t fd = 0, serial = 0;
@@ -282,7 +271,7 @@ static size_t span_rkey_pack_vmm(uint8_t *out, const uint8_t *end,
 }
 
 ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
-                                span_cuda_vmm_key_t *keys)
+                                span_vmm_key_t *keys)
 {
     const uint8_t *p   = desc->key0 + SPAN_RKEY_VMM_HEAD;
     const uint8_t *end = desc->key0 + desc->num_varying;
@@ -321,14 +310,9 @@ static int span_rkey_mask_bit(const uint8_t *mask, size_t b)
     return (mask[b / 8] >> (b % 8)) & 1;
 }
 
-uint32_t span_rkey_hash(const void *data, size_t size)
-{
-    return span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, data, size);
-}
-
 uint32_t span_rkey_component_id(const char *component_name)
 {
-    return span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, component_name,
+    return span_hash_fnv(component_name,
                          strlen(component_name));
 }
 
@@ -435,7 +419,7 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
 
     if (desc->span_vmm) {
         flags |= SPAN_RKEY_FLAG_SPAN_VMM;
-        if (K != SPAN_CUDA_VMM_KEY_SIZE) {
+        if (K != SPAN_VMM_KEY_SIZE) {
             return UCS_ERR_INVALID_PARAM;
         }
     }
@@ -474,7 +458,7 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
     span_rkey_put(p + 36, K, 1);
     span_rkey_put(p + 37, num_varying, 1);
     span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
-                  span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
+                  span_hash_fnv(p,
                                 SPAN_RKEY_HDR_SUM_OFFSET), 4);
 
     if (flags & SPAN_RKEY_FLAG_SPILL) {
@@ -572,7 +556,7 @@ static ucs_status_t span_rkey_parse_header(const uint8_t *p)
     }
 
     checksum = span_rkey_get(p + SPAN_RKEY_HDR_SUM_OFFSET, 4);
-    if (checksum != span_rkey_fnv(SPAN_RKEY_FNV_OFFSET, p,
+    if (checksum != span_hash_fnv(p,
                                   SPAN_RKEY_HDR_SUM_OFFSET)) {
         ucs_error("span rkey %p: header checksum 0x%x does not match: the "
                   "key is corrupted", p, checksum);
@@ -630,7 +614,7 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                   desc->geom.num_chunks, desc->key_size, desc->num_varying);
         return UCS_ERR_INVALID_PARAM;
     }
-    if ((desc->span_vmm && (desc->key_size != SPAN_CUDA_VMM_KEY_SIZE)) ||
+    if ((desc->span_vmm && (desc->key_size != SPAN_VMM_KEY_SIZE)) ||
         (desc->spilled && (desc->key_size == 0)) ||
         (desc->spilled && desc->num_varying) ||
         (body_size > buffer_size - SPAN_RKEY_HDR_SIZE)) {
@@ -783,4 +767,14 @@ void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)
             out[b] = *(in++);
         }
     }
+}
+
+void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
+                            size_t length, uint64_t avail)
+{
+    ucs_error("span: remote access [0x%" PRIx64 ", +%zu) crosses a chunk "
+              "or unit end %" PRIu64 " bytes in (rkey %p, chunks of %" PRIu64
+              ", units of %" PRIu64 "); only zcopy ops are split", addr,
+              length, avail, rkey, rkey->geom.chunk_size,
+              rkey->geom.unit_size);
 }

@@ -4,10 +4,12 @@
 #ifndef SPAN_TL_H_
 #define SPAN_TL_H_
 
-#include "span_component.h"
+#include "ucx/span_ucx.h"
 
-/* Adds the twin of inner_tl to the span component's transports */
-ucs_status_t span_tl_add(uct_component_t *inner_component, uct_tl_t *inner_tl);
+/* Adds the twin of inner_tl, a transport of inner_component, to the
+ * transports of span, the span component */
+ucs_status_t span_tl_add(uct_component_t *span,
+                         uct_component_t *inner_component, uct_tl_t *inner_tl);
 
 /* The component whose transport a twin of the span component wraps */
 uct_component_t *span_tl_inner_component(const uct_tl_t *tl);

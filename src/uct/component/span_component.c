@@ -6,8 +6,8 @@
 #include "span_component.h"
 #include "span_tl.h"
 #include "span_loader.h"
-#include "span_md.h"
-#include "span_rkey.h"
+#include "md/span_md_open.h"
+#include "key/span_rkey_unpack.h"
 
 #include <ucs/sys/string.h>
 #include <pthread.h>
@@ -72,7 +72,7 @@ static void span_twins_init(void)
 
         ucs_list_for_each(tl, &component->tl_list, list) {
             if (span_transport_allowed(&config.transports, tl->name)) {
-                (void)span_tl_add(component, tl);
+                (void)span_tl_add(&span_component, component, tl);
             }
         }
     }
@@ -169,19 +169,6 @@ static ucs_status_t span_component_md_open(uct_component_t *component,
 {
     pthread_once(&span_twins_once, span_twins_init);
     return span_md_open(component, md_name, config, md_p);
-}
-
-uct_component_t *span_component_find_inner(uint32_t component_id)
-{
-    uct_component_t *component;
-
-    ucs_list_for_each(component, &uct_components_list, list) {
-        if ((component != &span_component) &&
-            (span_rkey_component_id(component->name) == component_id)) {
-            return component;
-        }
-    }
-    return NULL;
 }
 
 static ucs_status_t span_cm_open(uct_component_t *component,

@@ -10,7 +10,7 @@
  * through a lock-free table keyed by the iface pointer.
  */
 #include "span_iface.h"
-#include "span_md.h"
+#include "md/span_md.h"
 #include "span_split.h"
 #include "resolvers/span_cuda_copy.h"
 #include "resolvers/span_rocm_copy.h"

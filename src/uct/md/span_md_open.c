@@ -3,14 +3,13 @@
  * reports, and the ops it passes to the inner MD. Registration is in
  * span_md_reg.c, key packing in span_md_pack.c.
  */
-#include "span_md.h"
+#include "span_md_open.h"
+#include "span_md_events.h"
 #include "span_md_pack.h"
 #include "span_md_reg.h"
 #include "span_md_rocm.h"
-#include "span_component.h"
 #include "resolvers/span_cuda_vmm_cache.h"
 #include "resolvers/span_verbs.h"
-#include "ucm_hooks/span_ucm.h"
 
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -119,7 +118,7 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     attr->exported_mkey_packed_size = 0;
     attr->rkey_packed_size = smd->rkey_packed_size;
     attr->max_reg          = SIZE_MAX;
-    ucs_strncpy_zero(attr->component_name, span_component.name,
+    ucs_strncpy_zero(attr->component_name, md->component->name,
                      sizeof(attr->component_name));
     return UCS_OK;
 }
@@ -186,7 +185,7 @@ static void span_md_close(uct_md_h md)
              smd, smd->inner_component->name, smd->stats.registrations,
              smd->stats.chunks, smd->stats.hits, smd->stats.invalidations);
     if (smd->share) {
-        span_ucm_unsubscribe();
+        span_md_events_unsubscribe();
     }
     span_rkey_size_remove(smd->inner_id, smd->rkey_packed_size);
     if (smd->cuda != NULL) {
@@ -306,8 +305,10 @@ static int span_md_spill_mode(span_md_t *smd, int config)
     return local ? UCS_TRY : UCS_NO;
 }
 
-/* Finds the component that offers an MD named inner_name */
-static uct_component_t *span_md_find_inner_component(const char *inner_name)
+/* Finds the component, other than span's, that offers an MD named
+ * inner_name */
+static uct_component_t *span_md_find_inner_component(uct_component_t *span,
+                                                     const char *inner_name)
 {
     uct_md_resource_desc_t *resources;
     uct_component_t *component;
@@ -315,7 +316,7 @@ static uct_component_t *span_md_find_inner_component(const char *inner_name)
     int found;
 
     ucs_list_for_each(component, &uct_components_list, list) {
-        if ((component == &span_component) ||
+        if ((component == span) ||
             (component->query_md_resources(component, &resources, &count) !=
              UCS_OK)) {
             continue;
@@ -371,7 +372,8 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
     smd->super.ops       = &span_md_ops;
     smd->super.component = component;
-    smd->inner_component = span_md_find_inner_component(inner_name);
+    smd->inner_component = span_md_find_inner_component(component,
+                                                         inner_name);
     if (smd->inner_component == NULL) {
         ucs_error("span: no component offers the MD '%s'", inner_name);
         status = UCS_ERR_NO_DEVICE;
@@ -443,7 +445,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     if (status != UCS_OK) {
         goto err_close;
     }
-    smd->share = (span_ucm_subscribe() == UCS_OK);
+    smd->share = (span_md_events_subscribe(smd) == UCS_OK);
 
     *md_p = &smd->super;
     return UCS_OK;

@@ -2,8 +2,8 @@
  * Op splitter.
  */
 #include "span_split.h"
-#include "span_completion.h"
-#include "span_md.h"
+#include "base/span_completion.h"
+#include "md/span_md.h"
 
 #include <stdlib.h>
 #include <string.h>

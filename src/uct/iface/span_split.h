@@ -18,7 +18,7 @@
 #ifndef SPAN_SPLIT_H_
 #define SPAN_SPLIT_H_
 
-#include "span_rkey.h"
+#include "key/span_rkey.h"
 
 #include <ucs/datastruct/list.h>
 

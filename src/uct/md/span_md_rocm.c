@@ -3,7 +3,6 @@
  */
 #include "span_md_rocm.h"
 #include "resolvers/span_rocm.h"
-#include "ucm_hooks/span_ucm.h"
 
 #include <ucs/debug/log_def.h>
 #include <string.h>
@@ -21,7 +20,6 @@ void span_md_rocm_init(span_md_t *smd, const char *md_name)
     }
     smd->dev_mem_type   = UCS_MEMORY_TYPE_ROCM;
     smd->vmm_export_ops = span_rocm_vmm_export_ops;
-    span_ucm_unmap_withdraws_exports();
     /* UCP registers ROCm memory as given (rocm is not in
      * UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES by default, and rocm's mem_query
      * reports the buffer, not its allocation): no request is cut to one

@@ -4,7 +4,7 @@
  * and keys for the handles the inner MD made for others (span_md_pack.h).
  */
 #include "span_md_pack.h"
-#include "span_spill.h"
+#include "key/span_spill.h"
 #include "resolvers/span_cuda_vmm.h"
 
 #include <stdlib.h>
@@ -85,11 +85,11 @@ static void span_md_vmm_unexport(span_memh_t *memh, uint32_t count)
  * driver round trip per unit. UCS_ERR_UNSUPPORTED where a unit cannot be
  * shared. */
 static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
-                                       span_cuda_vmm_key_t **keys_p)
+                                       span_vmm_key_t **keys_p)
 {
     uint32_t n = memh->geom.num_chunks;
     uint64_t start, length;
-    span_cuda_vmm_key_t *keys;
+    span_vmm_key_t *keys;
     ucs_status_t status;
     uint32_t i;
 
@@ -135,7 +135,7 @@ static ucs_status_t span_md_vmm_pack(span_md_t *smd, span_memh_t *memh,
                                      span_rkey_desc_t *desc,
                                      size_t *rkey_size_p)
 {
-    span_cuda_vmm_key_t *keys;
+    span_vmm_key_t *keys;
     ucs_status_t status;
 
     status = span_md_vmm_export(smd, memh, &keys);

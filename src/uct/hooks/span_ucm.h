@@ -1,0 +1,28 @@
+/*
+ * Memory events: span learns from UCM when memory is unmapped (host) or
+ * freed (GPU memory types). This layer only delivers them: what a range
+ * that goes away means (stale registrations, exports to withdraw) is the
+ * MD's, which hands its handlers in (md/span_md_events.h). Subscribed
+ * while at least one twin MD is open.
+ */
+#ifndef SPAN_UCM_H_
+#define SPAN_UCM_H_
+
+#include <ucs/type/status.h>
+#include <stdint.h>
+
+typedef struct span_ucm_handlers {
+    /* [start, start + length) of host memory was unmapped */
+    void (*unmapped)(uint64_t start, uint64_t length);
+    /* [start, start + length) of a GPU memory type was freed */
+    void (*freed)(uint64_t start, uint64_t length);
+} span_ucm_handlers_t;
+
+/* UCS_OK when events will be seen; the first call installs the handlers,
+ * which every subscriber passes the same (the process has one set) */
+ucs_status_t span_ucm_subscribe(const span_ucm_handlers_t *handlers);
+
+/* After a successful span_ucm_subscribe; the last one removes the handlers */
+void span_ucm_unsubscribe(void);
+
+#endif

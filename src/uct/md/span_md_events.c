@@ -1,0 +1,45 @@
+/*
+ * Memory events of twin MDs (span_md_events.h).
+ */
+#include "span_md_events.h"
+#include "hooks/span_ucm.h"
+
+/* An unmapped host range also withdraws the VMM exports it overlaps once a
+ * ROCm twin is open: UCM reports no free of ROCm's VMM handles (its rocm
+ * hooks see hsa_amd_memory_pool_free only), and their unmap, where the
+ * runtime unmaps the host's view too, is an unmapped range. Other
+ * processes pay nothing for it on every munmap. */
+static int span_md_unmap_withdraws;
+
+static void span_md_range_unmapped(uint64_t start, uint64_t length)
+{
+    span_registry_invalidate(start, length);
+    if (__atomic_load_n(&span_md_unmap_withdraws, __ATOMIC_RELAXED)) {
+        span_cuda_vmm_export_invalidate(start, length);
+    }
+}
+
+static void span_md_range_freed(uint64_t start, uint64_t length)
+{
+    span_registry_invalidate(start, length);
+    /* the unit's memory may go only once no descriptor holds it */
+    span_cuda_vmm_export_invalidate(start, length);
+}
+
+static const span_ucm_handlers_t span_md_event_handlers = {
+    .unmapped = span_md_range_unmapped,
+    .freed    = span_md_range_freed,
+};
+
+ucs_status_t span_md_events_subscribe(const span_md_t *smd)
+{
+    if (smd->dev_mem_type == UCS_MEMORY_TYPE_ROCM) {
+        __atomic_store_n(&span_md_unmap_withdraws, 1, __ATOMIC_RELAXED);
+    }
+    return span_ucm_subscribe(&span_md_event_handlers);
+}
+
+void span_md_events_unsubscribe(void)
+{
+    span_ucm_unsubscribe();
+}

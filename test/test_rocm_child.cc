@@ -176,7 +176,7 @@ int child_vmm_rw(const std::vector<std::string> &args)
 int child_vmm_export(const std::vector<std::string> &args)
 {
     size_t n = std::stoul(args[0]), unit = std::stoul(args[1]);
-    std::vector<span_cuda_vmm_export_t*> exports(n);
+    std::vector<span_vmm_export_t*> exports(n);
     std::vector<span_vmm_key_t> keys(n);
     hipMemAllocationProp prop = {};
     hipMemAccessDesc access   = {};
@@ -205,9 +205,9 @@ int child_vmm_export(const std::vector<std::string> &args)
     }
     fill(base, n * unit, test_rocm_vmm_seed);
     for (size_t i = 0; i < n; ++i) {
-        if (span_cuda_vmm_export_get(&span_rocm_vmm_export_ops,
-                                     (uintptr_t)base + i * unit, unit,
-                                     &keys[i], &exports[i]) != UCS_OK) {
+        if (span_vmm_export_get(&span_rocm_vmm_export_ops,
+                                (uintptr_t)base + i * unit, unit,
+                                &keys[i], &exports[i]) != UCS_OK) {
             return 13;
         }
     }
@@ -219,7 +219,7 @@ int child_vmm_export(const std::vector<std::string> &args)
     while (read(0, &cmd, 1) == 1) {
         if (cmd == 'w') {
             for (auto e : exports) {
-                span_cuda_vmm_export_put(e);
+                span_vmm_export_put(e);
             }
             answer = 0;
         } else {

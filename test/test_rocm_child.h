@@ -50,7 +50,7 @@ int test_rocm_exporter_finish(test_rocm_exporter_t *exporter);
 
 /* vmm_export N UNIT: a child that maps N POSIX-fd handles of UNIT bytes on
  * device 0 back to back, filled with the pattern of seed 31, exports each
- * through span (span_cuda_vmm_export_get with the ROCm driver), and writes
+ * through span (span_vmm_export_get with the ROCm driver), and writes
  * the N span_vmm_key_t and the range's base. Then, per byte it reads:
  * 'w' withdraws the exports, 'c' checks the pattern of seed 131; it answers
  * one byte, 0 for done */

@@ -15,7 +15,7 @@
 #include <hip/hip_runtime_api.h>
 
 extern "C" {
-#include "resolvers/span_cuda_vmm_cache.h"
+#include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_rocm_copy.h"
 #include "resolvers/span_rocm_vmm.h"
 #include "rocm_emu/hsa_emu.h"
@@ -80,7 +80,7 @@ protected:
         if (m_local != nullptr) {
             EXPECT_EQ(hipSuccess, hipFree(m_local));
         }
-        span_cuda_vmm_cache_purge();
+        span_vmm_cache_purge();
         EXPECT_EQ(0, test_rocm_peer_finish(&m_peer)) << "the exporter's exit";
         hsa_emu_fail(nullptr);
         hsa_emu_set("copy_delay_us", 0);
@@ -129,7 +129,7 @@ TEST_F(rocm_vmm, units_of_a_peer_move_through_span_copies)
     std::vector<uint8_t> host(units * unit);
     span_vmm_map_t *map;
 
-    ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_TRUE(map->rocm);
     EXPECT_EQ(units * unit, map->length);
 
@@ -151,7 +151,7 @@ TEST_F(rocm_vmm, units_of_a_peer_move_through_span_copies)
                                     hipMemcpyDefault));
     ASSERT_EQ(UCS_OK, copy(map, 1, 0, units * unit));
     EXPECT_EQ(0, ask('c')) << "the exporter's bytes";
-    span_cuda_vmm_cache_put(map);
+    span_vmm_cache_put(map);
 }
 
 TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
@@ -161,7 +161,7 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
     counted_completion op, flush;
     deadline guard(30, "a flush behind a ROCm VMM copy");
 
-    ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 100000));
     ASSERT_EQ(UCS_INPROGRESS,
               span_rocm_copy_post(m_copy, map, 0, &iov, 1,
@@ -178,7 +178,7 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
     EXPECT_TRUE(flush.done);
     EXPECT_FALSE(span_rocm_copy_busy(m_copy));
     EXPECT_EQ(UCS_OK, span_rocm_copy_flush(m_copy, nullptr));
-    span_cuda_vmm_cache_put(map);
+    span_vmm_cache_put(map);
 }
 
 TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
@@ -187,22 +187,22 @@ TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
     uct_iov_t iov = {host.data(), host.size(), nullptr, 0, 1};
     span_vmm_map_t *map;
 
-    ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
               span_rocm_copy_post(m_copy, map, 0, &iov, 1,
                                   (uint8_t*)map->base, nullptr));
     EXPECT_FALSE(span_rocm_copy_busy(m_copy));
-    span_cuda_vmm_cache_put(map);
+    span_vmm_cache_put(map);
 }
 
 TEST_F(rocm_vmm, a_withdrawn_export_is_not_imported)
 {
     span_vmm_map_t *map;
 
-    ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
-    span_cuda_vmm_cache_put(map); /* kept idle in the cache */
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    span_vmm_cache_put(map); /* kept idle in the cache */
     ASSERT_EQ(0, ask('w'));
-    EXPECT_NE(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map))
+    EXPECT_NE(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map))
             << "served after the exporter withdrew its units";
 }
 
@@ -214,16 +214,16 @@ TEST_F(rocm_vmm, a_failed_import_maps_nothing)
      * reserved range freed, and the next import maps all six */
     ASSERT_EQ(0, hsa_emu_fail("hipMemMap@4"));
     EXPECT_EQ(UCS_ERR_NO_MEMORY,
-              span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
+              span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     ASSERT_EQ(0, hsa_emu_fail(nullptr));
-    ASSERT_EQ(UCS_OK, span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_EQ(UCS_OK, copy(map, 0, 0, units * unit));
-    span_cuda_vmm_cache_put(map);
+    span_vmm_cache_put(map);
 
     ASSERT_EQ(0, hsa_emu_fail("hipMemImportFromShareableHandle@2"));
-    span_cuda_vmm_cache_purge();
+    span_vmm_cache_purge();
     EXPECT_EQ(UCS_ERR_UNREACHABLE,
-              span_cuda_vmm_cache_get(m_keys.data(), &m_geom, &map));
+              span_vmm_cache_get(m_keys.data(), &m_geom, &map));
 }
 
 TEST_F(rocm_vmm, a_key_of_another_geometry_is_refused)
@@ -235,7 +235,7 @@ TEST_F(rocm_vmm, a_key_of_another_geometry_is_refused)
     ASSERT_EQ(UCS_OK, span_chunk_plan_from(&geom, m_base, units * unit / 2,
                                            m_base, unit / 2, 0, 0));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_cuda_vmm_cache_get(m_keys.data(), &geom, &map));
+              span_vmm_cache_get(m_keys.data(), &geom, &map));
 }
 
 } // namespace

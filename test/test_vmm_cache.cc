@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_cuda_vmm_cache.h"
-#include "resolvers/span_cuda_vmm_export.h"
+#include "resolvers/span_vmm_cache.h"
+#include "resolvers/span_vmm_export.h"
 #include "base/span_peer.h"
 }
 
@@ -44,7 +44,7 @@ ucs_status_t unit_export_fd(uint64_t base, int *fd_p)
     return (*fd_p >= 0) ? UCS_OK : UCS_ERR_IO_ERROR;
 }
 
-const span_cuda_vmm_export_ops_t unit_ops = {unit_buffer_id, unit_export_fd};
+const span_vmm_export_ops_t unit_ops = {unit_buffer_id, unit_export_fd};
 
 } // namespace
 
@@ -74,10 +74,10 @@ protected:
     {
         /* the export table lives as long as the process: made first */
         span_vmm_key_t key;
-        span_cuda_vmm_export_t *e;
-        ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(&unit_ops, 0x7c0000000000ull,
-                                                   2 << 20, &key, &e));
-        span_cuda_vmm_export_put(e);
+        span_vmm_export_t *e;
+        ASSERT_EQ(UCS_OK, span_vmm_export_get(&unit_ops, 0x7c0000000000ull,
+                                              2 << 20, &key, &e));
+        span_vmm_export_put(e);
     }
 
     void SetUp() override
@@ -88,9 +88,9 @@ protected:
 
     void TearDown() override
     {
-        span_cuda_vmm_cache_purge();
+        span_vmm_cache_purge();
         for (auto &e : m_exports) {
-            span_cuda_vmm_export_put(e.second);
+            span_vmm_export_put(e.second);
         }
         EXPECT_EQ(imports, unmaps) << "a mapping was left";
         EXPECT_EQ(m_fds_before, test_open_fds()) << "a descriptor was left";
@@ -101,10 +101,10 @@ protected:
     {
         static uint64_t next = 0x7d0000000000ull;
         span_vmm_key_t key;
-        span_cuda_vmm_export_t *e;
+        span_vmm_export_t *e;
 
-        EXPECT_EQ(UCS_OK, span_cuda_vmm_export_get(&unit_ops, next, 2 << 20,
-                                                   &key, &e));
+        EXPECT_EQ(UCS_OK, span_vmm_export_get(&unit_ops, next, 2 << 20,
+                                              &key, &e));
         next += 2 << 20;
         m_exports[key.serial] = e;
         return key;
@@ -114,7 +114,7 @@ protected:
      * its descriptor's number (returned) */
     span_vmm_key_t unexport(const span_vmm_key_t &key, bool reuse)
     {
-        span_cuda_vmm_export_put(m_exports[key.serial]);
+        span_vmm_export_put(m_exports[key.serial]);
         m_exports.erase(key.serial);
         if (!reuse) {
             return key;
@@ -138,12 +138,12 @@ protected:
         span_chunk_geom_t g = geom(k.size());
         span_vmm_map_t *map = NULL;
 
-        EXPECT_EQ(UCS_OK, span_cuda_vmm_cache_get(k.data(), &g, &map));
+        EXPECT_EQ(UCS_OK, span_vmm_cache_get(k.data(), &g, &map));
         return map;
     }
 
     int m_fds_before;
-    std::map<uint64_t, span_cuda_vmm_export_t*> m_exports; /* by serial */
+    std::map<uint64_t, span_vmm_export_t*> m_exports; /* by serial */
 };
 
 TEST_F(vmm_cache, units_still_exported_are_mapped_once)
@@ -152,14 +152,14 @@ TEST_F(vmm_cache, units_still_exported_are_mapped_once)
     span_vmm_map_t *a = get(k), *b = get(k);
 
     EXPECT_EQ(a, b);
-    span_cuda_vmm_cache_put(a);
-    span_cuda_vmm_cache_put(b);
+    span_vmm_cache_put(a);
+    span_vmm_cache_put(b);
     /* unused, kept: the next rendezvous message maps nothing */
     span_vmm_map_t *c = get(k);
     EXPECT_EQ(a, c);
     EXPECT_EQ(1, imports);
     EXPECT_EQ(0, unmaps);
-    span_cuda_vmm_cache_put(c);
+    span_vmm_cache_put(c);
 }
 
 TEST_F(vmm_cache, a_deregistered_unit_is_mapped_anew)
@@ -167,12 +167,12 @@ TEST_F(vmm_cache, a_deregistered_unit_is_mapped_anew)
     span_vmm_key_t unit = export_unit();
     std::vector<span_vmm_key_t> k = {export_unit(), unit};
 
-    span_cuda_vmm_cache_put(get(k));
+    span_vmm_cache_put(get(k));
     unexport(unit, false);
     span_vmm_map_t *m = get(k); /* the fake import maps anyway */
     EXPECT_EQ(2, imports);
     EXPECT_EQ(1, unmaps) << "the stale unused mapping was kept";
-    span_cuda_vmm_cache_put(m);
+    span_vmm_cache_put(m);
     EXPECT_EQ(2, unmaps) << "a mapping of a withdrawn export was cached";
 }
 
@@ -188,11 +188,11 @@ TEST_F(vmm_cache, a_number_used_again_is_another_unit)
     EXPECT_NE(old, m);
     EXPECT_EQ(2, imports);
     EXPECT_EQ(0, unmaps);
-    span_cuda_vmm_cache_put(old); /* its last user: unmapped now */
+    span_vmm_cache_put(old); /* its last user: unmapped now */
     EXPECT_EQ(1, unmaps);
-    span_cuda_vmm_cache_put(m);
+    span_vmm_cache_put(m);
     EXPECT_EQ(m, get(k2)) << "the live mapping is kept";
-    span_cuda_vmm_cache_put(m);
+    span_vmm_cache_put(m);
 }
 
 /* A child inherits the parent's cached mappings, which live in the
@@ -205,7 +205,7 @@ TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
     span_vmm_map_t *idle = get(k), *held = get(k2);
     uint64_t idle_base = idle->base, held_base = held->base;
 
-    span_cuda_vmm_cache_put(idle); /* cached, unused */
+    span_vmm_cache_put(idle); /* cached, unused */
     ASSERT_EQ(2, imports);
     pid_t child = test_fork([&] {
         auto parents = [&] {
@@ -216,12 +216,12 @@ TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
         span_vmm_map_t *m;
 
         unmapped.clear();
-        TEST_CHILD_CHECK(span_cuda_vmm_cache_get(k.data(), &g, &m) == UCS_OK);
+        TEST_CHILD_CHECK(span_vmm_cache_get(k.data(), &g, &m) == UCS_OK);
         TEST_CHILD_CHECK(imports == 3); /* not the parent's mapping */
         TEST_CHILD_CHECK(m->base != idle_base);
-        span_cuda_vmm_cache_put(m);
-        span_cuda_vmm_cache_put(held); /* an rkey inherited, released */
-        span_cuda_vmm_cache_purge();
+        span_vmm_cache_put(m);
+        span_vmm_cache_put(held); /* an rkey inherited, released */
+        span_vmm_cache_purge();
         TEST_CHILD_CHECK(parents() == 0);
         TEST_CHILD_CHECK(unmapped.size() == 1); /* its own */
         return 0;
@@ -231,8 +231,8 @@ TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
 
     EXPECT_EQ(idle, get(k)) << "the parent's mapping is no longer served";
     EXPECT_EQ(2, imports);
-    span_cuda_vmm_cache_put(idle);
-    span_cuda_vmm_cache_put(held);
+    span_vmm_cache_put(idle);
+    span_vmm_cache_put(held);
 }
 
 /* A fork while another thread walks the cache: the child can use it (it
@@ -249,7 +249,7 @@ TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
     }
     std::thread worker([&] {
         while (!stop) {
-            span_cuda_vmm_cache_purge();
+            span_vmm_cache_purge();
         }
     });
     for (int c = 0; c < children; ++c) {
@@ -257,10 +257,10 @@ TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
             span_chunk_geom_t g = geom(1);
             span_vmm_map_t *m;
 
-            TEST_CHILD_CHECK(span_cuda_vmm_cache_get(k.data(), &g, &m) ==
+            TEST_CHILD_CHECK(span_vmm_cache_get(k.data(), &g, &m) ==
                              UCS_OK);
-            span_cuda_vmm_cache_put(m);
-            span_cuda_vmm_cache_purge();
+            span_vmm_cache_put(m);
+            span_vmm_cache_purge();
             return 0;
         });
         int status = (child < 0) ? -3 : test_fork_wait(child, 5);
@@ -273,25 +273,25 @@ TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
     stop = true;
     worker.join();
     for (auto m : maps) {
-        span_cuda_vmm_cache_put(m);
+        span_vmm_cache_put(m);
     }
 }
 
 TEST_F(vmm_cache, unused_mappings_are_bounded)
 {
-    const int n = SPAN_CUDA_VMM_CACHE_IDLE + 3;
+    const int n = SPAN_VMM_CACHE_IDLE + 3;
     std::vector<std::vector<span_vmm_key_t>> k;
 
     for (int i = 0; i < n; ++i) {
         k.push_back({export_unit()});
-        span_cuda_vmm_cache_put(get(k.back()));
+        span_vmm_cache_put(get(k.back()));
     }
     EXPECT_EQ(n, imports);
-    EXPECT_EQ(n - SPAN_CUDA_VMM_CACHE_IDLE, unmaps);
+    EXPECT_EQ(n - SPAN_VMM_CACHE_IDLE, unmaps);
     /* the least recently used went first: the last ones are still mapped */
-    span_cuda_vmm_cache_put(get(k.back()));
+    span_vmm_cache_put(get(k.back()));
     EXPECT_EQ(n, imports);
-    span_cuda_vmm_cache_purge();
+    span_vmm_cache_purge();
     EXPECT_EQ(n, unmaps);
 }
 

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_cuda_vmm_export.h"
+#include "resolvers/span_vmm_export.h"
 }
 
 #include <sys/mman.h>
@@ -50,7 +50,7 @@ ucs_status_t fake_export_fd(uint64_t base, int *fd_p)
     return (*fd_p >= 0) ? UCS_OK : UCS_ERR_IO_ERROR;
 }
 
-const span_cuda_vmm_export_ops_t fake_ops = {fake_buffer_id, fake_export_fd};
+const span_vmm_export_ops_t fake_ops = {fake_buffer_id, fake_export_fd};
 
 class vmm_export : public ::testing::Test {
 protected:
@@ -58,12 +58,12 @@ protected:
     {
         /* the table lives as long as the process: made before counting */
         span_vmm_key_t key;
-        span_cuda_vmm_export_t *e;
+        span_vmm_export_t *e;
 
         fake_ids[base] = 1;
-        ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(&fake_ops, base, 2 * MiB,
-                                                   &key, &e));
-        span_cuda_vmm_export_put(e);
+        ASSERT_EQ(UCS_OK, span_vmm_export_get(&fake_ops, base, 2 * MiB,
+                                              &key, &e));
+        span_vmm_export_put(e);
     }
 
     void SetUp() override
@@ -81,13 +81,13 @@ protected:
         EXPECT_EQ(fds, test_open_fds()) << "a descriptor was left";
     }
 
-    span_cuda_vmm_export_t *get(uint64_t addr, uint64_t size,
-                                span_vmm_key_t *key)
+    span_vmm_export_t *get(uint64_t addr, uint64_t size,
+                           span_vmm_key_t *key)
     {
-        span_cuda_vmm_export_t *e = NULL;
+        span_vmm_export_t *e = NULL;
 
-        EXPECT_EQ(UCS_OK, span_cuda_vmm_export_get(&fake_ops, addr, size, key,
-                                                   &e));
+        EXPECT_EQ(UCS_OK, span_vmm_export_get(&fake_ops, addr, size, key,
+                                              &e));
         return e;
     }
 
@@ -107,11 +107,11 @@ protected:
         struct stat a, b;
         int table, fd;
 
-        status = span_cuda_vmm_table_open(exporter, &key, &table);
+        status = span_vmm_table_open(exporter, &key, &table);
         if (status != UCS_OK) {
             return status;
         }
-        status = span_cuda_vmm_table_take(exporter, table, &key, &fd);
+        status = span_vmm_table_take(exporter, table, &key, &fd);
         if (status == UCS_OK) {
             EXPECT_EQ(0, fstat(fd, &a));
             if (ino == 0) {
@@ -136,9 +136,9 @@ TEST_F(vmm_export, registrations_of_a_unit_share_one_export)
 
     fake_ids[base]           = 10;
     fake_ids[base + 2 * MiB] = 11;
-    span_cuda_vmm_export_t *a = get(base, 2 * MiB, &k1);
-    span_cuda_vmm_export_t *b = get(base, 2 * MiB, &k2);     /* again */
-    span_cuda_vmm_export_t *c = get(base + 2 * MiB, 2 * MiB, &k3);
+    span_vmm_export_t *a = get(base, 2 * MiB, &k1);
+    span_vmm_export_t *b = get(base, 2 * MiB, &k2);     /* again */
+    span_vmm_export_t *c = get(base + 2 * MiB, 2 * MiB, &k3);
     EXPECT_EQ(a, b);
     EXPECT_EQ(2, exports);
     EXPECT_EQ(k1.fd, k2.fd);
@@ -148,11 +148,11 @@ TEST_F(vmm_export, registrations_of_a_unit_share_one_export)
     EXPECT_EQ(UCS_OK, take(k1));
     EXPECT_EQ(UCS_OK, take(k3));
 
-    span_cuda_vmm_export_put(a);
+    span_vmm_export_put(a);
     EXPECT_EQ(UCS_OK, take(k1)) << "still held by the second registration";
-    span_cuda_vmm_export_put(b);
+    span_vmm_export_put(b);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(k1)) << "withdrawn at the last";
-    span_cuda_vmm_export_put(c);
+    span_vmm_export_put(c);
 }
 
 TEST_F(vmm_export, a_number_used_again_is_refused_for_the_old_key)
@@ -161,13 +161,13 @@ TEST_F(vmm_export, a_number_used_again_is_refused_for_the_old_key)
 
     fake_ids[base]           = 20;
     fake_ids[base + 8 * MiB] = 21;
-    span_cuda_vmm_export_put(get(base, 2 * MiB, &old_key));
+    span_vmm_export_put(get(base, 2 * MiB, &old_key));
     /* another unit's export takes the number the first one freed */
-    span_cuda_vmm_export_t *e = get(base + 8 * MiB, 2 * MiB, &new_key);
+    span_vmm_export_t *e = get(base + 8 * MiB, 2 * MiB, &new_key);
     ASSERT_EQ(old_key.fd, new_key.fd);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(old_key));
     EXPECT_EQ(UCS_OK, take(new_key));
-    span_cuda_vmm_export_put(e);
+    span_vmm_export_put(e);
 }
 
 TEST_F(vmm_export, an_unmap_withdraws_the_export_at_once)
@@ -175,17 +175,17 @@ TEST_F(vmm_export, an_unmap_withdraws_the_export_at_once)
     span_vmm_key_t key, again;
 
     fake_ids[base] = 30;
-    span_cuda_vmm_export_t *e = get(base, 4 * MiB, &key);
-    span_cuda_vmm_export_invalidate(base + MiB, 4096);
+    span_vmm_export_t *e = get(base, 4 * MiB, &key);
+    span_vmm_export_invalidate(base + MiB, 4096);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(key));
     /* memory mapped there again is another unit: exported anew */
     fake_ids[base] = 31;
-    span_cuda_vmm_export_t *f = get(base, 4 * MiB, &again);
+    span_vmm_export_t *f = get(base, 4 * MiB, &again);
     EXPECT_NE(e, f);
     EXPECT_NE(key.serial, again.serial);
     EXPECT_EQ(UCS_OK, take(again));
-    span_cuda_vmm_export_put(e); /* withdrawn: only freed */
-    span_cuda_vmm_export_put(f);
+    span_vmm_export_put(e); /* withdrawn: only freed */
+    span_vmm_export_put(f);
     EXPECT_EQ(2, exports);
 }
 
@@ -194,11 +194,11 @@ TEST_F(vmm_export, an_unmap_elsewhere_leaves_it)
     span_vmm_key_t key;
 
     fake_ids[base] = 40;
-    span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
-    span_cuda_vmm_export_invalidate(base + 2 * MiB, 2 * MiB);
-    span_cuda_vmm_export_invalidate(base - 4096, 4096);
+    span_vmm_export_t *e = get(base, 2 * MiB, &key);
+    span_vmm_export_invalidate(base + 2 * MiB, 2 * MiB);
+    span_vmm_export_invalidate(base - 4096, 4096);
     EXPECT_EQ(UCS_OK, take(key));
-    span_cuda_vmm_export_put(e);
+    span_vmm_export_put(e);
 }
 
 TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
@@ -207,7 +207,7 @@ TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
     int other = memfd_create("ucx-span-vmm", MFD_CLOEXEC); /* an impostor */
 
     fake_ids[base] = 50;
-    span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
+    span_vmm_export_t *e = get(base, 2 * MiB, &key);
 
     bad          = key;
     bad.table_id = key.table_id + 1;
@@ -228,7 +228,7 @@ TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
     bad.fd = 100000; /* past the table's end */
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
     EXPECT_EQ(UCS_OK, take(key));
-    span_cuda_vmm_export_put(e);
+    span_vmm_export_put(e);
     close(other);
 }
 
@@ -244,26 +244,26 @@ TEST_F(vmm_export, threads_share_and_release_exports)
     }
     for (int t = 0; t < threads; ++t) {
         pool.emplace_back([&, t] {
-            std::vector<span_cuda_vmm_export_t*> held;
+            std::vector<span_vmm_export_t*> held;
             for (int i = 0; i < rounds; ++i) {
                 span_vmm_key_t key;
-                span_cuda_vmm_export_t *e;
+                span_vmm_export_t *e;
                 uint64_t u = (i * 7 + t) % units;
-                ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(
+                ASSERT_EQ(UCS_OK, span_vmm_export_get(
                         &fake_ops, base + u * 2 * MiB, 2 * MiB, &key, &e));
                 held.push_back(e);
                 if (i % 3 == 2) {
                     for (auto h : held) {
-                        span_cuda_vmm_export_put(h);
+                        span_vmm_export_put(h);
                     }
                     held.clear();
                 }
                 if ((t == 0) && (i % 50 == 49)) {
-                    span_cuda_vmm_export_invalidate(base, 4 * MiB);
+                    span_vmm_export_invalidate(base, 4 * MiB);
                 }
             }
             for (auto h : held) {
-                span_cuda_vmm_export_put(h);
+                span_vmm_export_put(h);
             }
         });
     }
@@ -291,26 +291,26 @@ TEST_F(vmm_export, a_child_leaves_the_parents_exports_alone)
 
     fake_ids[base]            = 70;
     fake_ids[base + 16 * MiB] = 71;
-    span_cuda_vmm_export_t *e = get(base, 2 * MiB, &key);
+    span_vmm_export_t *e = get(base, 2 * MiB, &key);
     ASSERT_EQ(0, pipe(to_parent));
     ASSERT_EQ(0, pipe(hold));
     pid_t child = test_fork([&] {
-        span_cuda_vmm_export_t *own;
+        span_vmm_export_t *own;
         struct stat st;
 
         close(to_parent[0]);
         close(hold[1]);
-        span_cuda_vmm_export_invalidate(base, 2 * MiB); /* unmapped here */
-        span_cuda_vmm_export_put(e);                    /* released here */
-        TEST_CHILD_CHECK(span_cuda_vmm_export_get(&fake_ops,
-                                                  base + 16 * MiB, 2 * MiB,
-                                                  &mine.key, &own) == UCS_OK);
+        span_vmm_export_invalidate(base, 2 * MiB); /* unmapped here */
+        span_vmm_export_put(e);                    /* released here */
+        TEST_CHILD_CHECK(span_vmm_export_get(&fake_ops,
+                                             base + 16 * MiB, 2 * MiB,
+                                             &mine.key, &own) == UCS_OK);
         TEST_CHILD_CHECK(fstat(mine.key.fd, &st) == 0);
         mine.ino = st.st_ino;
         TEST_CHILD_CHECK(write(to_parent[1], &mine, sizeof(mine)) ==
                          sizeof(mine));
         TEST_CHILD_CHECK(test_pipe_wait_closed(hold[0], 10));
-        span_cuda_vmm_export_put(own);
+        span_vmm_export_put(own);
         return 0;
     });
     ASSERT_GE(child, 0);
@@ -334,7 +334,7 @@ TEST_F(vmm_export, a_child_leaves_the_parents_exports_alone)
     close(to_parent[0]);
     EXPECT_EQ(0, test_fork_wait(child, 10));
     EXPECT_EQ(UCS_OK, take(key));
-    span_cuda_vmm_export_put(e);
+    span_vmm_export_put(e);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(key));
 }
 
@@ -353,27 +353,27 @@ TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
     std::thread worker([&] {
         for (int i = 0; !stop; ++i) {
             span_vmm_key_t key;
-            span_cuda_vmm_export_t *e;
-            ASSERT_EQ(UCS_OK, span_cuda_vmm_export_get(
+            span_vmm_export_t *e;
+            ASSERT_EQ(UCS_OK, span_vmm_export_get(
                     &fake_ops, base + (i % units) * 2 * MiB, 2 * MiB, &key,
                     &e));
-            span_cuda_vmm_export_put(e);
+            span_vmm_export_put(e);
         }
     });
     for (int c = 0; c < children; ++c) {
         pid_t child = test_fork([&] {
             span_vmm_key_t key;
-            span_cuda_vmm_export_t *e;
+            span_vmm_export_t *e;
             struct stat st;
             int self = syscall(SYS_pidfd_open, getpid(), 0);
 
-            TEST_CHILD_CHECK(span_cuda_vmm_export_get(&fake_ops,
-                                                      base + 32 * MiB,
-                                                      2 * MiB, &key, &e) ==
+            TEST_CHILD_CHECK(span_vmm_export_get(&fake_ops,
+                                                 base + 32 * MiB,
+                                                 2 * MiB, &key, &e) ==
                              UCS_OK);
             TEST_CHILD_CHECK(fstat(key.fd, &st) == 0);
             TEST_CHILD_CHECK(take(self, key, st.st_ino) == UCS_OK);
-            span_cuda_vmm_export_put(e);
+            span_vmm_export_put(e);
             log_counter logs;
             TEST_CHILD_CHECK(take(self, key, st.st_ino) ==
                              UCS_ERR_INVALID_ADDR);
@@ -393,10 +393,10 @@ TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
 TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)
 {
     span_vmm_key_t key;
-    span_cuda_vmm_export_t *e;
+    span_vmm_export_t *e;
 
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_cuda_vmm_export_get(&fake_ops, base, 2 * MiB, &key, &e));
+              span_vmm_export_get(&fake_ops, base, 2 * MiB, &key, &e));
     EXPECT_EQ(0, exports);
 }
 

@@ -5,7 +5,7 @@
 #include "span_rkey_unpack.h"
 #include "span_rkey.h"
 #include "span_spill.h"
-#include "resolvers/span_cuda_vmm_cache.h"
+#include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_rocm.h"
 #include "resolvers/span_rocm_vmm.h"
 
@@ -72,8 +72,8 @@ static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
         span_rocm_vmm_keys_mark((span_vmm_key_t*)keys,
                                 desc->geom.num_chunks);
     }
-    return span_cuda_vmm_cache_get((const span_vmm_key_t*)keys,
-                                   &desc->geom, &rkey->vmm);
+    return span_vmm_cache_get((const span_vmm_key_t*)keys,
+                              &desc->geom, &rkey->vmm);
 }
 
 /* The keys of every chunk, contiguous: rebuilt from the rkey, or read from
@@ -188,7 +188,7 @@ ucs_status_t span_rkey_release(uct_component_t *component,
     span_rkey_t *srkey = (span_rkey_t*)rkey;
 
     if (srkey->vmm != NULL) {
-        span_cuda_vmm_cache_put(srkey->vmm);
+        span_vmm_cache_put(srkey->vmm);
     }
     span_rkey_release_inner(srkey, srkey->num_inner);
     free(srkey);

@@ -342,7 +342,7 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
     int fd;
 
     status = span_peer_check(spill->pid, spill->pid_ns, spill->fd,
-                                   "the spill arena");
+                             "the spill arena");
     if (status != UCS_OK) {
         return status;
     }

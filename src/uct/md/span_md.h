@@ -10,7 +10,7 @@
 #include "base/span_chunk.h"
 #include "key/span_rkey.h"
 #include "resolvers/span_cuda.h"
-#include "resolvers/span_cuda_vmm_export.h"
+#include "resolvers/span_vmm_export.h"
 
 /* A twin is named after its inner MD or transport with this suffix */
 #define SPAN_TWIN_SUFFIX "+"
@@ -48,7 +48,7 @@ typedef struct span_md {
     const span_cuda_ops_t *cuda;       /* resolves device memory, or NULL */
     ucs_memory_type_t dev_mem_type;    /* the memory it resolves: CUDA, or
                                           ROCM (span_md_rocm.h) */
-    span_cuda_vmm_export_ops_t vmm_export_ops; /* where cuda is set */
+    span_vmm_export_ops_t vmm_export_ops; /* where cuda is set */
     span_cuda_widen_limits_t widen;    /* max_bytes 0: registrations of one
                                           VMM handle are not widened */
     int              spill;            /* UCS_YES: always, UCS_TRY: keys
@@ -71,7 +71,7 @@ typedef struct span_memh {
     uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */
     int               spilled;    /* the keys are in the spill slot */
     span_rkey_spill_t spill;
-    span_cuda_vmm_export_t **vmm_exports; /* units span exports, or NULL */
+    span_vmm_export_t **vmm_exports; /* units span exports, or NULL */
     uct_mem_h         inner[];
 } span_memh_t;
 

@@ -15,7 +15,7 @@ static void span_md_range_unmapped(uint64_t start, uint64_t length)
 {
     span_registry_invalidate(start, length);
     if (__atomic_load_n(&span_md_unmap_withdraws, __ATOMIC_RELAXED)) {
-        span_cuda_vmm_export_invalidate(start, length);
+        span_vmm_export_invalidate(start, length);
     }
 }
 
@@ -23,7 +23,7 @@ static void span_md_range_freed(uint64_t start, uint64_t length)
 {
     span_registry_invalidate(start, length);
     /* the unit's memory may go only once no descriptor holds it */
-    span_cuda_vmm_export_invalidate(start, length);
+    span_vmm_export_invalidate(start, length);
 }
 
 static const span_ucm_handlers_t span_md_event_handlers = {

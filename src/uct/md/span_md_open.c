@@ -8,7 +8,7 @@
 #include "span_md_pack.h"
 #include "span_md_reg.h"
 #include "span_md_rocm.h"
-#include "resolvers/span_cuda_vmm_cache.h"
+#include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_verbs.h"
 
 #include <stdlib.h>
@@ -190,7 +190,7 @@ static void span_md_close(uct_md_h md)
     span_rkey_size_remove(smd->inner_id, smd->rkey_packed_size);
     if (smd->cuda != NULL) {
         /* while the driver is still there: the process may be ending */
-        span_cuda_vmm_cache_purge();
+        span_vmm_cache_purge();
     }
     uct_md_close(smd->inner);
     if (smd->inner_wrap != NULL) {
@@ -373,7 +373,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     smd->super.ops       = &span_md_ops;
     smd->super.component = component;
     smd->inner_component = span_md_find_inner_component(component,
-                                                         inner_name);
+                                                        inner_name);
     if (smd->inner_component == NULL) {
         ucs_error("span: no component offers the MD '%s'", inner_name);
         status = UCS_ERR_NO_DEVICE;

@@ -74,14 +74,14 @@ static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
 static void span_md_vmm_unexport(span_memh_t *memh, uint32_t count)
 {
     while (count-- > 0) {
-        span_cuda_vmm_export_put(memh->vmm_exports[count]);
+        span_vmm_export_put(memh->vmm_exports[count]);
     }
     free(memh->vmm_exports);
     memh->vmm_exports = NULL;
 }
 
 /* Span's own keys of the units, exported or sharing the export another
- * registration made (span_cuda_vmm_export.h), into *keys_p; at most one
+ * registration made (span_vmm_export.h), into *keys_p; at most one
  * driver round trip per unit. UCS_ERR_UNSUPPORTED where a unit cannot be
  * shared. */
 static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
@@ -102,8 +102,8 @@ static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
     }
     for (i = 0; i < n; ++i) {
         span_chunk_range(&memh->geom, i, &start, &length);
-        status = span_cuda_vmm_export_get(&smd->vmm_export_ops, start, length,
-                                          &keys[i], &memh->vmm_exports[i]);
+        status = span_vmm_export_get(&smd->vmm_export_ops, start, length,
+                                     &keys[i], &memh->vmm_exports[i]);
         if (status != UCS_OK) {
             span_md_vmm_unexport(memh, i);
             free(keys);

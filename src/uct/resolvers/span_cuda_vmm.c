@@ -6,7 +6,7 @@
 #endif
 
 #include "span_cuda_vmm.h"
-#include "span_cuda_vmm_export.h"
+#include "span_vmm_export.h"
 #include "span_rocm_vmm.h"
 #include "base/span_hash.h"
 #include "base/span_peer.h"
@@ -90,8 +90,8 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
     CUresult res;
     int fd;
 
-    status = span_cuda_vmm_unit_take(pidfd, table, key, SPAN_CUDA_VMM_MAGIC,
-                                     pid, size, &fd);
+    status = span_vmm_unit_take(pidfd, table, key, SPAN_CUDA_VMM_MAGIC,
+                                pid, size, &fd);
     if (status != UCS_OK) {
         return status;
     }
@@ -134,7 +134,7 @@ static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
     int table;
 
     *count_p = 0;
-    status   = span_cuda_vmm_table_open(pidfd, &keys[0], &table);
+    status   = span_vmm_table_open(pidfd, &keys[0], &table);
     if (status != UCS_OK) {
         return status;
     }

@@ -14,7 +14,7 @@
  *
  * Each unit is exported once however many registrations cover it, and
  * withdrawn at the last deregistration or when the memory is unmapped
- * (span_cuda_vmm_export.h); the exporter's export table tells an importer
+ * (span_vmm_export.h); the exporter's export table tells an importer
  * whether a descriptor number still is the export its key names.
  *
  * A unit's key and a mapping of a peer's units are span_vmm.h's.
@@ -35,7 +35,7 @@
 ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p);
 
 /* Maps the geometry's units from their keys, contiguous. Through the
- * import cache (span_cuda_vmm_cache.h). Keys of ROCm units go to
+ * import cache (span_vmm_cache.h). Keys of ROCm units go to
  * span_rocm_vmm.h. */
 ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,

@@ -110,7 +110,7 @@ ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
     return UCS_OK;
 }
 
-const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops = {
+const span_vmm_export_ops_t span_rocm_vmm_export_ops = {
     .buffer_id = span_rocm_buffer_id,
     .export_fd = span_rocm_vmm_export_fd
 };
@@ -125,7 +125,7 @@ ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
     return UCS_ERR_UNSUPPORTED;
 }
 
-const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops = {
+const span_vmm_export_ops_t span_rocm_vmm_export_ops = {
     .buffer_id = NULL,
     .export_fd = span_rocm_vmm_export_fd
 };

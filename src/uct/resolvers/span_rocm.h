@@ -12,7 +12,7 @@
 #define SPAN_ROCM_H_
 
 #include "span_cuda.h"
-#include "span_cuda_vmm_export.h"
+#include "span_vmm_export.h"
 
 /* Name of UCX's ROCm IPC component (and MD) */
 #define SPAN_ROCM_IPC_COMPONENT "rocm_ipc"
@@ -21,9 +21,9 @@
  * without the ROCm headers) */
 const span_cuda_ops_t *span_rocm_driver(void);
 
-/* The driver calls of an export of a VMM unit (span_cuda_vmm_export.h);
+/* The driver calls of an export of a VMM unit (span_vmm_export.h);
  * valid once span_rocm_driver() returned the driver */
-extern const span_cuda_vmm_export_ops_t span_rocm_vmm_export_ops;
+extern const span_vmm_export_ops_t span_rocm_vmm_export_ops;
 
 /* The one driver round trip of an export: *fd_p, the caller's to close,
  * shares the VMM handle mapped at base; UCS_ERR_UNSUPPORTED where that is

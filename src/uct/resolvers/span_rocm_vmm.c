@@ -6,7 +6,7 @@
 #endif
 
 #include "span_rocm_vmm.h"
-#include "span_cuda_vmm_export.h"
+#include "span_vmm_export.h"
 #include "base/span_hash.h"
 #include "base/span_peer.h"
 
@@ -65,8 +65,8 @@ static ucs_status_t span_rocm_vmm_map_unit(int pidfd, int table,
     hipError_t err;
     int fd;
 
-    status = span_cuda_vmm_unit_take(pidfd, table, key, SPAN_ROCM_VMM_MAGIC,
-                                     pid, size, &fd);
+    status = span_vmm_unit_take(pidfd, table, key, SPAN_ROCM_VMM_MAGIC,
+                                pid, size, &fd);
     if (status != UCS_OK) {
         return status;
     }
@@ -122,7 +122,7 @@ static ucs_status_t span_rocm_vmm_map_units(const span_vmm_key_t *keys,
         ucs_error("span rocm vmm: pidfd_open(%u) failed: %m", keys[0].pid);
         return UCS_ERR_UNREACHABLE;
     }
-    status = span_cuda_vmm_table_open(pidfd, &keys[0], &table);
+    status = span_vmm_table_open(pidfd, &keys[0], &table);
     if (status == UCS_OK) {
         for (i = 0; (status == UCS_OK) && (i < geom->num_chunks); ++i) {
             span_chunk_range(geom, i, &start, &length);

@@ -1,7 +1,7 @@
 /*
  * VMM units a ROCm twin exports itself (span_md_rocm.h), imported: the
  * same export, export table, keys and import cache as CUDA's
- * (span_cuda_vmm.h, span_cuda_vmm_export.h, span_cuda_vmm_cache.h), with
+ * (span_cuda_vmm.h, span_vmm_export.h, span_vmm_cache.h), with
  * HIP's calls in place of CUDA's. A unit's key is a span_vmm_key_t
  * whose magic is SPAN_ROCM_VMM_MAGIC: the importer marks the keys of a
  * rocm_ipc+ rkey so, and span_cuda_vmm_import() hands them here. The

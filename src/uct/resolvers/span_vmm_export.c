@@ -1,5 +1,5 @@
 /*
- * Shared VMM exports and the export table (span_cuda_vmm_export.h).
+ * Shared VMM exports and the export table (span_vmm_export.h).
  *
  * Under one mutex, which memory events take too (an unmap withdraws the
  * exports of its units): nothing under it allocates, frees or unmaps, so a
@@ -8,7 +8,7 @@
  * the units exported. fork() takes the lock around it (pthread_atfork), so
  * the child starts from a consistent state with the lock free.
  */
-#include "span_cuda_vmm_export.h"
+#include "span_vmm_export.h"
 #include "base/span_peer.h"
 
 #include <ucs/datastruct/hlist.h>
@@ -29,19 +29,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SPAN_CUDA_VMM_TABLE_MAGIC 0x454c424154505353ull /* "SSPTABLE" */
-#define SPAN_CUDA_VMM_TABLE_NAME  "ucx-span-vmm"
-#define SPAN_CUDA_VMM_TABLE_LINK  "/memfd:" SPAN_CUDA_VMM_TABLE_NAME " "
-#define SPAN_CUDA_VMM_TABLE_FIRST 64
-#define SPAN_CUDA_VMM_TABLE_GROW  (64 * 1024)
-#define SPAN_CUDA_VMM_BUCKETS_LOG 10
+#define SPAN_VMM_TABLE_MAGIC 0x454c424154505353ull /* "SSPTABLE" */
+#define SPAN_VMM_TABLE_NAME  "ucx-span-vmm"
+#define SPAN_VMM_TABLE_LINK  "/memfd:" SPAN_VMM_TABLE_NAME " "
+#define SPAN_VMM_TABLE_FIRST 64
+#define SPAN_VMM_TABLE_GROW  (64 * 1024)
+#define SPAN_VMM_BUCKETS_LOG 10
 
 typedef struct {
     uint64_t serial; /* 0: not an export */
     uint64_t size;
-} span_cuda_vmm_table_entry_t;
+} span_vmm_table_entry_t;
 
-struct span_cuda_vmm_export {
+struct span_vmm_export {
     ucs_hlist_link_t by_id;
     ucs_list_link_t  list;
     int              listed;   /* withdrawn: no longer */
@@ -61,24 +61,24 @@ static struct {
     uint64_t         serial;
     uint64_t         lo, hi;    /* span of the listed units */
     ucs_list_link_t  list;
-    ucs_hlist_head_t by_id[1u << SPAN_CUDA_VMM_BUCKETS_LOG];
-} span_cuda_vmm_exports = {
+    ucs_hlist_head_t by_id[1u << SPAN_VMM_BUCKETS_LOG];
+} span_vmm_exports = {
     .lock  = PTHREAD_MUTEX_INITIALIZER,
     .table = -1,
     .lo    = UINT64_MAX,
-    .list  = {&span_cuda_vmm_exports.list, &span_cuda_vmm_exports.list}
+    .list  = {&span_vmm_exports.list, &span_vmm_exports.list}
 };
 
-static pthread_once_t span_cuda_vmm_exports_once = PTHREAD_ONCE_INIT;
+static pthread_once_t span_vmm_exports_once = PTHREAD_ONCE_INIT;
 
-static void span_cuda_vmm_exports_fork_prepare(void)
+static void span_vmm_exports_fork_prepare(void)
 {
-    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_lock(&span_vmm_exports.lock);
 }
 
-static void span_cuda_vmm_exports_fork_parent(void)
+static void span_vmm_exports_fork_parent(void)
 {
-    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_unlock(&span_vmm_exports.lock);
 }
 
 /* The child forgets the parent's exports without withdrawing them: the
@@ -87,34 +87,34 @@ static void span_cuda_vmm_exports_fork_parent(void)
  * copies of the descriptors (its own) now, while their numbers still name
  * them, and makes a table of its own at its first export. An inherited
  * export that a registration still holds is freed at its last release. */
-static void span_cuda_vmm_exports_fork_child(void)
+static void span_vmm_exports_fork_child(void)
 {
-    span_cuda_vmm_export_t *export;
+    span_vmm_export_t *export;
     size_t i;
 
-    ucs_list_for_each(export, &span_cuda_vmm_exports.list, list) {
+    ucs_list_for_each(export, &span_vmm_exports.list, list) {
         close(export->fd);
         export->listed = 0;
     }
-    ucs_list_head_init(&span_cuda_vmm_exports.list);
-    for (i = 0; i < ucs_static_array_size(span_cuda_vmm_exports.by_id); ++i) {
-        ucs_hlist_head_init(&span_cuda_vmm_exports.by_id[i]);
+    ucs_list_head_init(&span_vmm_exports.list);
+    for (i = 0; i < ucs_static_array_size(span_vmm_exports.by_id); ++i) {
+        ucs_hlist_head_init(&span_vmm_exports.by_id[i]);
     }
-    if (span_cuda_vmm_exports.table >= 0) {
-        close(span_cuda_vmm_exports.table);
+    if (span_vmm_exports.table >= 0) {
+        close(span_vmm_exports.table);
     }
-    span_cuda_vmm_exports.table      = -1;
-    span_cuda_vmm_exports.table_size = 0;
-    span_cuda_vmm_exports.lo         = UINT64_MAX;
-    span_cuda_vmm_exports.hi         = 0;
-    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    span_vmm_exports.table      = -1;
+    span_vmm_exports.table_size = 0;
+    span_vmm_exports.lo         = UINT64_MAX;
+    span_vmm_exports.hi         = 0;
+    pthread_mutex_unlock(&span_vmm_exports.lock);
 }
 
-static void span_cuda_vmm_exports_init(void)
+static void span_vmm_exports_init(void)
 {
-    int ret = pthread_atfork(span_cuda_vmm_exports_fork_prepare,
-                             span_cuda_vmm_exports_fork_parent,
-                             span_cuda_vmm_exports_fork_child);
+    int ret = pthread_atfork(span_vmm_exports_fork_prepare,
+                             span_vmm_exports_fork_parent,
+                             span_vmm_exports_fork_child);
 
     if (ret != 0) {
         ucs_warn("span cuda vmm: pthread_atfork failed (%s): a child forked "
@@ -123,92 +123,92 @@ static void span_cuda_vmm_exports_init(void)
     }
 }
 
-static ucs_hlist_head_t *span_cuda_vmm_export_bucket(uint64_t id)
+static ucs_hlist_head_t *span_vmm_export_bucket(uint64_t id)
 {
-    return &span_cuda_vmm_exports.by_id[(id * 0x9e3779b97f4a7c15ull) >>
-                                        (64 - SPAN_CUDA_VMM_BUCKETS_LOG)];
+    return &span_vmm_exports.by_id[(id * 0x9e3779b97f4a7c15ull) >>
+                                        (64 - SPAN_VMM_BUCKETS_LOG)];
 }
 
-static uint64_t span_cuda_vmm_table_offset(int fd)
+static uint64_t span_vmm_table_offset(int fd)
 {
-    return SPAN_CUDA_VMM_TABLE_FIRST +
-           ((uint64_t)fd * sizeof(span_cuda_vmm_table_entry_t));
+    return SPAN_VMM_TABLE_FIRST +
+           ((uint64_t)fd * sizeof(span_vmm_table_entry_t));
 }
 
-static int span_cuda_vmm_table_write(int fd, uint64_t serial, uint64_t size)
+static int span_vmm_table_write(int fd, uint64_t serial, uint64_t size)
 {
-    span_cuda_vmm_table_entry_t entry = {serial, size};
+    span_vmm_table_entry_t entry = {serial, size};
 
-    return pwrite(span_cuda_vmm_exports.table, &entry, sizeof(entry),
-                  span_cuda_vmm_table_offset(fd)) == sizeof(entry);
+    return pwrite(span_vmm_exports.table, &entry, sizeof(entry),
+                  span_vmm_table_offset(fd)) == sizeof(entry);
 }
 
 /* The table, made at the first export and grown to hold fd's entry; the
  * lock is held */
-static ucs_status_t span_cuda_vmm_table_reserve(int fd)
+static ucs_status_t span_vmm_table_reserve(int fd)
 {
-    uint64_t header[2] = {SPAN_CUDA_VMM_TABLE_MAGIC, 0};
-    uint64_t need      = span_cuda_vmm_table_offset(fd + 1);
+    uint64_t header[2] = {SPAN_VMM_TABLE_MAGIC, 0};
+    uint64_t need      = span_vmm_table_offset(fd + 1);
     uint64_t size;
 
-    if (span_cuda_vmm_exports.table < 0) {
+    if (span_vmm_exports.table < 0) {
         if (getrandom(&header[1], sizeof(header[1]), 0) != sizeof(header[1])) {
             header[1] = ((uint64_t)time(NULL) << 32) ^ getpid();
         }
-        span_cuda_vmm_exports.table = memfd_create(SPAN_CUDA_VMM_TABLE_NAME,
-                                                   MFD_CLOEXEC |
-                                                   MFD_ALLOW_SEALING);
-        if ((span_cuda_vmm_exports.table < 0) ||
-            (pwrite(span_cuda_vmm_exports.table, header, sizeof(header), 0) !=
+        span_vmm_exports.table = memfd_create(SPAN_VMM_TABLE_NAME,
+                                              MFD_CLOEXEC |
+                                              MFD_ALLOW_SEALING);
+        if ((span_vmm_exports.table < 0) ||
+            (pwrite(span_vmm_exports.table, header, sizeof(header), 0) !=
              sizeof(header)) ||
-            (fcntl(span_cuda_vmm_exports.table, F_ADD_SEALS,
+            (fcntl(span_vmm_exports.table, F_ADD_SEALS,
                    F_SEAL_SHRINK | F_SEAL_SEAL) != 0)) {
             ucs_error("span cuda vmm: cannot make the export table: %m");
-            if (span_cuda_vmm_exports.table >= 0) {
-                close(span_cuda_vmm_exports.table);
-                span_cuda_vmm_exports.table = -1;
+            if (span_vmm_exports.table >= 0) {
+                close(span_vmm_exports.table);
+                span_vmm_exports.table = -1;
             }
             return UCS_ERR_IO_ERROR;
         }
-        span_cuda_vmm_exports.table_id   = header[1];
-        span_cuda_vmm_exports.table_size = 0;
+        span_vmm_exports.table_id   = header[1];
+        span_vmm_exports.table_size = 0;
     }
-    if (need <= span_cuda_vmm_exports.table_size) {
+    if (need <= span_vmm_exports.table_size) {
         return UCS_OK;
     }
-    size = ((need + SPAN_CUDA_VMM_TABLE_GROW - 1) / SPAN_CUDA_VMM_TABLE_GROW) *
-           SPAN_CUDA_VMM_TABLE_GROW;
-    if (ftruncate(span_cuda_vmm_exports.table, size) != 0) {
+    size = ((need + SPAN_VMM_TABLE_GROW - 1) / SPAN_VMM_TABLE_GROW) *
+           SPAN_VMM_TABLE_GROW;
+    if (ftruncate(span_vmm_exports.table, size) != 0) {
         ucs_error("span cuda vmm: cannot grow the export table to %" PRIu64
                   " bytes for descriptor %d: %m", size, fd);
         return UCS_ERR_NO_MEMORY;
     }
-    span_cuda_vmm_exports.table_size = size;
+    span_vmm_exports.table_size = size;
     return UCS_OK;
 }
 
-static void span_cuda_vmm_export_key(const span_cuda_vmm_export_t *export,
-                                     span_vmm_key_t *key)
+static void span_vmm_export_key(const span_vmm_export_t *export,
+                                span_vmm_key_t *key)
 {
     key->magic    = SPAN_CUDA_VMM_MAGIC;
     key->pid      = getpid();
     key->fd       = export->fd;
-    key->table_fd = span_cuda_vmm_exports.table;
+    key->table_fd = span_vmm_exports.table;
     key->size     = export->size;
     key->pid_ns   = span_peer_pid_ns();
     key->serial   = export->serial;
-    key->table_id = span_cuda_vmm_exports.table_id;
+    key->table_id = span_vmm_exports.table_id;
 }
 
 /* The listed export of the unit, with one more reference; the lock is
  * held */
-static span_cuda_vmm_export_t *span_cuda_vmm_export_find(uint64_t id,
-                                                         uint64_t base,
-                                                         uint64_t size)
+static span_vmm_export_t *span_vmm_export_find(uint64_t id,
+                                               uint64_t base,
+                                               uint64_t size)
 {
-    span_cuda_vmm_export_t *export;
+    span_vmm_export_t *export;
 
-    ucs_hlist_for_each(export, span_cuda_vmm_export_bucket(id), by_id) {
+    ucs_hlist_for_each(export, span_vmm_export_bucket(id), by_id) {
         if ((export->id == id) && (export->base == base) &&
             (export->size == size)) {
             ++export->refcount;
@@ -219,53 +219,53 @@ static span_cuda_vmm_export_t *span_cuda_vmm_export_find(uint64_t id,
 }
 
 /* Lists a new export under a new serial; the lock is held */
-static ucs_status_t span_cuda_vmm_export_list(span_cuda_vmm_export_t *export)
+static ucs_status_t span_vmm_export_list(span_vmm_export_t *export)
 {
-    ucs_status_t status = span_cuda_vmm_table_reserve(export->fd);
+    ucs_status_t status = span_vmm_table_reserve(export->fd);
 
     if (status != UCS_OK) {
         return status;
     }
-    export->serial = ++span_cuda_vmm_exports.serial;
-    if (!span_cuda_vmm_table_write(export->fd, export->serial, export->size)) {
+    export->serial = ++span_vmm_exports.serial;
+    if (!span_vmm_table_write(export->fd, export->serial, export->size)) {
         ucs_error("span cuda vmm: cannot write the export table: %m");
         return UCS_ERR_IO_ERROR;
     }
     export->refcount = 1;
     export->listed   = 1;
-    ucs_hlist_add_tail(span_cuda_vmm_export_bucket(export->id),
+    ucs_hlist_add_tail(span_vmm_export_bucket(export->id),
                        &export->by_id);
-    ucs_list_add_tail(&span_cuda_vmm_exports.list, &export->list);
-    span_cuda_vmm_exports.lo = ucs_min(span_cuda_vmm_exports.lo, export->base);
-    span_cuda_vmm_exports.hi = ucs_max(span_cuda_vmm_exports.hi,
-                                       export->base + export->size);
+    ucs_list_add_tail(&span_vmm_exports.list, &export->list);
+    span_vmm_exports.lo = ucs_min(span_vmm_exports.lo, export->base);
+    span_vmm_exports.hi = ucs_max(span_vmm_exports.hi,
+                                  export->base + export->size);
     return UCS_OK;
 }
 
 /* Clears its table entry, then closes it; the lock is held */
-static void span_cuda_vmm_export_withdraw(span_cuda_vmm_export_t *export)
+static void span_vmm_export_withdraw(span_vmm_export_t *export)
 {
-    if (!span_cuda_vmm_table_write(export->fd, 0, 0)) {
+    if (!span_vmm_table_write(export->fd, 0, 0)) {
         ucs_warn("span cuda vmm: cannot clear descriptor %d in the export "
                  "table (%m): an importer's key of it is refused by its "
                  "serial once the number is used again", export->fd);
     }
     close(export->fd);
-    ucs_hlist_del(span_cuda_vmm_export_bucket(export->id), &export->by_id);
+    ucs_hlist_del(span_vmm_export_bucket(export->id), &export->by_id);
     ucs_list_del(&export->list);
     export->listed = 0;
-    if (ucs_list_is_empty(&span_cuda_vmm_exports.list)) {
-        span_cuda_vmm_exports.lo = UINT64_MAX;
-        span_cuda_vmm_exports.hi = 0;
+    if (ucs_list_is_empty(&span_vmm_exports.list)) {
+        span_vmm_exports.lo = UINT64_MAX;
+        span_vmm_exports.hi = 0;
     }
 }
 
-ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
-                                      uint64_t base, uint64_t size,
-                                      span_vmm_key_t *key,
-                                      span_cuda_vmm_export_t **export_p)
+ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
+                                 uint64_t base, uint64_t size,
+                                 span_vmm_key_t *key,
+                                 span_vmm_export_t **export_p)
 {
-    span_cuda_vmm_export_t *export, *shared;
+    span_vmm_export_t *export, *shared;
     ucs_status_t status;
     uint64_t id;
     int fd;
@@ -273,13 +273,13 @@ ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
     if (ops->buffer_id(base, &id) != UCS_OK) {
         return UCS_ERR_UNSUPPORTED;
     }
-    pthread_once(&span_cuda_vmm_exports_once, span_cuda_vmm_exports_init);
-    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
-    shared = span_cuda_vmm_export_find(id, base, size);
+    pthread_once(&span_vmm_exports_once, span_vmm_exports_init);
+    pthread_mutex_lock(&span_vmm_exports.lock);
+    shared = span_vmm_export_find(id, base, size);
     if (shared != NULL) {
-        span_cuda_vmm_export_key(shared, key);
+        span_vmm_export_key(shared, key);
     }
-    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_unlock(&span_vmm_exports.lock);
     if (shared != NULL) {
         *export_p = shared;
         return UCS_OK;
@@ -298,17 +298,17 @@ ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
     export->base = base;
     export->size = size;
     export->fd   = fd;
-    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_lock(&span_vmm_exports.lock);
     /* another thread may have exported the unit meanwhile */
-    shared = span_cuda_vmm_export_find(id, base, size);
+    shared = span_vmm_export_find(id, base, size);
     if (shared == NULL) {
-        status = span_cuda_vmm_export_list(export);
+        status = span_vmm_export_list(export);
         shared = (status == UCS_OK) ? export : NULL;
     }
     if (shared != NULL) {
-        span_cuda_vmm_export_key(shared, key);
+        span_vmm_export_key(shared, key);
     }
-    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_unlock(&span_vmm_exports.lock);
     if (shared != export) {
         close(fd);
         free(export);
@@ -317,30 +317,30 @@ ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
     return status;
 }
 
-void span_cuda_vmm_export_put(span_cuda_vmm_export_t *export)
+void span_vmm_export_put(span_vmm_export_t *export)
 {
     int last;
 
-    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_lock(&span_vmm_exports.lock);
     last = (--export->refcount == 0);
     if (last && export->listed) {
-        span_cuda_vmm_export_withdraw(export);
+        span_vmm_export_withdraw(export);
     }
-    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_unlock(&span_vmm_exports.lock);
     if (last) {
         free(export);
     }
 }
 
-void span_cuda_vmm_export_invalidate(uint64_t start, uint64_t length)
+void span_vmm_export_invalidate(uint64_t start, uint64_t length)
 {
     uint64_t end = (length > UINT64_MAX - start) ? UINT64_MAX :
                                                    start + length;
-    span_cuda_vmm_export_t *export, *tmp;
+    span_vmm_export_t *export, *tmp;
 
-    pthread_mutex_lock(&span_cuda_vmm_exports.lock);
-    if ((end > span_cuda_vmm_exports.lo) && (start < span_cuda_vmm_exports.hi)) {
-        ucs_list_for_each_safe(export, tmp, &span_cuda_vmm_exports.list,
+    pthread_mutex_lock(&span_vmm_exports.lock);
+    if ((end > span_vmm_exports.lo) && (start < span_vmm_exports.hi)) {
+        ucs_list_for_each_safe(export, tmp, &span_vmm_exports.list,
                                list) {
             if ((start < export->base + export->size) &&
                 (export->base < end)) {
@@ -348,22 +348,22 @@ void span_cuda_vmm_export_invalidate(uint64_t start, uint64_t length)
                           "unmapped: export %" PRIu64 " (descriptor %d) "
                           "withdrawn", export->base, export->size,
                           export->serial, export->fd);
-                span_cuda_vmm_export_withdraw(export);
+                span_vmm_export_withdraw(export);
             }
         }
     }
-    pthread_mutex_unlock(&span_cuda_vmm_exports.lock);
+    pthread_mutex_unlock(&span_vmm_exports.lock);
 }
 
-static int span_cuda_vmm_table_read(int table, int fd,
-                                    span_cuda_vmm_table_entry_t *entry)
+static int span_vmm_table_read(int table, int fd,
+                               span_vmm_table_entry_t *entry)
 {
     return pread(table, entry, sizeof(*entry),
-                 span_cuda_vmm_table_offset(fd)) == sizeof(*entry);
+                 span_vmm_table_offset(fd)) == sizeof(*entry);
 }
 
-ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_vmm_key_t *key,
-                                      int *table_p)
+ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
+                                 int *table_p)
 {
     char link[PATH_MAX];
     uint64_t header[2];
@@ -378,10 +378,10 @@ ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_vmm_key_t *key,
     }
     span_peer_fd_link(table, link, sizeof(link));
     if ((fstat(table, &st) != 0) || !S_ISREG(st.st_mode) ||
-        strncmp(link, SPAN_CUDA_VMM_TABLE_LINK,
-                strlen(SPAN_CUDA_VMM_TABLE_LINK)) ||
+        strncmp(link, SPAN_VMM_TABLE_LINK,
+                strlen(SPAN_VMM_TABLE_LINK)) ||
         (pread(table, header, sizeof(header), 0) != sizeof(header)) ||
-        (header[0] != SPAN_CUDA_VMM_TABLE_MAGIC) ||
+        (header[0] != SPAN_VMM_TABLE_MAGIC) ||
         (header[1] != key->table_id)) {
         ucs_error("span cuda vmm: descriptor %u of process %u ('%s') is not "
                   "the export table 0x%" PRIx64 " the key names (the process "
@@ -395,21 +395,21 @@ ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_vmm_key_t *key,
 }
 
 /* Whether the exporter's table says fd is the key's export */
-static int span_cuda_vmm_table_says(int table, const span_vmm_key_t *key)
+static int span_vmm_table_says(int table, const span_vmm_key_t *key)
 {
-    span_cuda_vmm_table_entry_t entry;
+    span_vmm_table_entry_t entry;
 
-    return span_cuda_vmm_table_read(table, key->fd, &entry) &&
+    return span_vmm_table_read(table, key->fd, &entry) &&
            (entry.serial == key->serial) && (entry.size == key->size);
 }
 
-ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
-                                      const span_vmm_key_t *key,
-                                      int *fd_p)
+ucs_status_t span_vmm_table_take(int pidfd, int table,
+                                 const span_vmm_key_t *key,
+                                 int *fd_p)
 {
     int fd = -1;
 
-    if (span_cuda_vmm_table_says(table, key)) {
+    if (span_vmm_table_says(table, key)) {
         fd = span_peer_pidfd_getfd(pidfd, key->fd);
         if (fd < 0) {
             ucs_error("span cuda vmm: pidfd_getfd(fd %u of process %u) "
@@ -420,7 +420,7 @@ ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
     }
     /* the entry is cleared before the descriptor closes: still there after
      * the copy, it was that export's when copied */
-    if ((fd >= 0) && span_cuda_vmm_table_says(table, key)) {
+    if ((fd >= 0) && span_vmm_table_says(table, key)) {
         *fd_p = fd;
         return UCS_OK;
     }
@@ -434,9 +434,9 @@ ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
     return UCS_ERR_INVALID_ADDR;
 }
 
-ucs_status_t span_cuda_vmm_unit_take(int pidfd, int table,
-                                     const span_vmm_key_t *key, uint32_t magic,
-                                     uint32_t pid, uint64_t size, int *fd_p)
+ucs_status_t span_vmm_unit_take(int pidfd, int table,
+                                const span_vmm_key_t *key, uint32_t magic,
+                                uint32_t pid, uint64_t size, int *fd_p)
 {
     ucs_status_t status;
 
@@ -450,12 +450,12 @@ ucs_status_t span_cuda_vmm_unit_take(int pidfd, int table,
     if (status != UCS_OK) {
         return status;
     }
-    return span_cuda_vmm_table_take(pidfd, table, key, fd_p);
+    return span_vmm_table_take(pidfd, table, key, fd_p);
 }
 
-ucs_status_t span_cuda_vmm_table_view_open(const span_vmm_key_t *keys,
-                                           uint32_t n,
-                                           span_cuda_vmm_table_view_t *view)
+ucs_status_t span_vmm_table_view_open(const span_vmm_key_t *keys,
+                                      uint32_t n,
+                                      span_vmm_table_view_t *view)
 {
     ucs_status_t status = UCS_ERR_UNREACHABLE;
     uint32_t max_fd     = 0, i;
@@ -467,12 +467,12 @@ ucs_status_t span_cuda_vmm_table_view_open(const span_vmm_key_t *keys,
     for (i = 0; i < n; ++i) {
         max_fd = ucs_max(max_fd, keys[i].fd);
     }
-    length = span_cuda_vmm_table_offset(max_fd + 1);
+    length = span_vmm_table_offset(max_fd + 1);
     pidfd  = span_peer_pidfd_open(keys[0].pid);
     if (pidfd < 0) {
         return UCS_ERR_UNREACHABLE;
     }
-    if (span_cuda_vmm_table_open(pidfd, &keys[0], &table) != UCS_OK) {
+    if (span_vmm_table_open(pidfd, &keys[0], &table) != UCS_OK) {
         goto out_pidfd;
     }
     /* sealed: the exporter cannot shrink it under the mapping (a read past
@@ -497,7 +497,7 @@ out_pidfd:
     return status;
 }
 
-void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view)
+void span_vmm_table_view_close(span_vmm_table_view_t *view)
 {
     if (view->base != NULL) {
         munmap((void*)view->base, view->length);
@@ -505,17 +505,17 @@ void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view)
     }
 }
 
-int span_cuda_vmm_table_view_holds(const span_cuda_vmm_table_view_t *view,
-                                   const span_vmm_key_t *key)
+int span_vmm_table_view_holds(const span_vmm_table_view_t *view,
+                              const span_vmm_key_t *key)
 {
-    const volatile span_cuda_vmm_table_entry_t *entry;
-    uint64_t offset = span_cuda_vmm_table_offset(key->fd);
+    const volatile span_vmm_table_entry_t *entry;
+    uint64_t offset = span_vmm_table_offset(key->fd);
 
     if ((view->base == NULL) ||
         (offset + sizeof(*entry) > view->length)) {
         return 0;
     }
-    entry = (const volatile span_cuda_vmm_table_entry_t*)
+    entry = (const volatile span_vmm_table_entry_t*)
             ((const uint8_t*)view->base + offset);
     /* the exporter clears the serial first: a torn read never matches
      * another export's serial and size both */

@@ -1,9 +1,9 @@
 /*
  * Imported VMM mappings, shared by every rkey that names the same units of
  * the same exporter (UCP unpacks a rendezvous rkey per message), and kept
- * when unused, up to SPAN_CUDA_VMM_CACHE_IDLE of them, while the exporter
+ * when unused, up to SPAN_VMM_CACHE_IDLE of them, while the exporter
  * still exports the units: each mapping keeps a read-only view of the
- * exporter's export table (span_cuda_vmm_export.h), and a lookup checks in
+ * exporter's export table (span_vmm_export.h), and a lookup checks in
  * it, by reading memory, that every unit is still the export its key names
  * (the exporter clears a unit's entry before it closes the descriptor). A
  * mapping of units the exporter no longer exports is never served; unused
@@ -15,23 +15,23 @@
  * its parent's mappings (they are in the parent's CUDA context, which does
  * not survive fork) and never unmaps them: it maps anew. Thread safe.
  */
-#ifndef SPAN_CUDA_VMM_CACHE_H_
-#define SPAN_CUDA_VMM_CACHE_H_
+#ifndef SPAN_VMM_CACHE_H_
+#define SPAN_VMM_CACHE_H_
 
 #include "span_cuda_vmm.h"
 
 /* Unused mappings kept */
-#define SPAN_CUDA_VMM_CACHE_IDLE 8
+#define SPAN_VMM_CACHE_IDLE 8
 
 /* The mapping of the units the keys name, with one more reference */
-ucs_status_t span_cuda_vmm_cache_get(const span_vmm_key_t *keys,
-                                     const span_chunk_geom_t *geom,
-                                     span_vmm_map_t **map_p);
+ucs_status_t span_vmm_cache_get(const span_vmm_key_t *keys,
+                                const span_chunk_geom_t *geom,
+                                span_vmm_map_t **map_p);
 
-/* Drops a reference of span_cuda_vmm_cache_get */
-void span_cuda_vmm_cache_put(span_vmm_map_t *map);
+/* Drops a reference of span_vmm_cache_get */
+void span_vmm_cache_put(span_vmm_map_t *map);
 
 /* Unmaps every unused mapping */
-void span_cuda_vmm_cache_purge(void);
+void span_vmm_cache_purge(void);
 
 #endif

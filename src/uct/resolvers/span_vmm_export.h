@@ -16,8 +16,8 @@
  * is that export.
  *
  * Table layout (this build's byte order, same node only): offset 0, magic
- * SPAN_CUDA_VMM_TABLE_MAGIC and the table id (8 bytes each); entry of
- * descriptor fd at SPAN_CUDA_VMM_TABLE_FIRST + 16 * fd: serial and size
+ * SPAN_VMM_TABLE_MAGIC and the table id (8 bytes each); entry of
+ * descriptor fd at SPAN_VMM_TABLE_FIRST + 16 * fd: serial and size
  * (8 bytes each), zero where fd is not an export. The memfd is sealed
  * against shrinking, so that an importer may map it (a view): whether a
  * cached import is still exported is then a read of memory, not a system
@@ -29,8 +29,8 @@
  * events leave them to the parent, and its own exports go into a table of
  * its own.
  */
-#ifndef SPAN_CUDA_VMM_EXPORT_H_
-#define SPAN_CUDA_VMM_EXPORT_H_
+#ifndef SPAN_VMM_EXPORT_H_
+#define SPAN_VMM_EXPORT_H_
 
 #include "span_vmm.h"
 
@@ -38,66 +38,66 @@
 #include <stddef.h>
 
 /* What an export asks of the driver; a fake one in the unit tests */
-typedef struct span_cuda_vmm_export_ops {
+typedef struct span_vmm_export_ops {
     /* Process-wide unique id of the allocation at addr (BUFFER_ID) */
     ucs_status_t (*buffer_id)(uint64_t addr, uint64_t *id_p);
     /* A new descriptor that shares the unit at base */
     ucs_status_t (*export_fd)(uint64_t base, int *fd_p);
-} span_cuda_vmm_export_ops_t;
+} span_vmm_export_ops_t;
 
-typedef struct span_cuda_vmm_export span_cuda_vmm_export_t;
+typedef struct span_vmm_export span_vmm_export_t;
 
 /* The export of the unit [base, base + size), shared or new, with one more
  * reference, in *exported_p, and its key; UCS_ERR_UNSUPPORTED where the unit
  * cannot be shared */
-ucs_status_t span_cuda_vmm_export_get(const span_cuda_vmm_export_ops_t *ops,
-                                      uint64_t base, uint64_t size,
-                                      span_vmm_key_t *key,
-                                      span_cuda_vmm_export_t **exported_p);
+ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
+                                 uint64_t base, uint64_t size,
+                                 span_vmm_key_t *key,
+                                 span_vmm_export_t **exported_p);
 
 /* Drops a reference; the last withdraws the export */
-void span_cuda_vmm_export_put(span_cuda_vmm_export_t *exported);
+void span_vmm_export_put(span_vmm_export_t *exported);
 
 /* Withdraws the exports of units that overlap [start, start + length):
  * the memory is being unmapped (a memory event) */
-void span_cuda_vmm_export_invalidate(uint64_t start, uint64_t length);
+void span_vmm_export_invalidate(uint64_t start, uint64_t length);
 
 /* Importer: this process's copy of the exporter's table that keys name
  * (pidfd: of the exporter), checked to be one; the caller closes it */
-ucs_status_t span_cuda_vmm_table_open(int pidfd, const span_vmm_key_t *key,
-                                      int *table_p);
+ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
+                                 int *table_p);
 
 /* Importer: this process's copy of the unit descriptor key names, taken
  * only while the exporter's table says it is that export; the caller
  * closes it */
-ucs_status_t span_cuda_vmm_table_take(int pidfd, int table,
-                                      const span_vmm_key_t *key,
-                                      int *fd_p);
+ucs_status_t span_vmm_table_take(int pidfd, int table,
+                                 const span_vmm_key_t *key,
+                                 int *fd_p);
 
-/* Importer: span_cuda_vmm_table_take for a unit the rkey's geometry makes:
+/* Importer: span_vmm_table_take for a unit the rkey's geometry makes:
  * the key must be of magic, of process pid and of size bytes, and pid must
  * be reachable from here (span_peer_check) */
-ucs_status_t span_cuda_vmm_unit_take(int pidfd, int table,
-                                     const span_vmm_key_t *key, uint32_t magic,
-                                     uint32_t pid, uint64_t size, int *fd_p);
+ucs_status_t span_vmm_unit_take(int pidfd, int table,
+                                const span_vmm_key_t *key, uint32_t magic,
+                                uint32_t pid, uint64_t size, int *fd_p);
 
 /* Importer: a read-only mapping of an exporter's table, up to the entries
  * of the keys it was opened for */
-typedef struct span_cuda_vmm_table_view {
+typedef struct span_vmm_table_view {
     const void *base;
     size_t     length;
-} span_cuda_vmm_table_view_t;
+} span_vmm_table_view_t;
 
 /* Maps the table of the exporter that the n keys name (checked to be one,
  * sealed against shrinking); UCS_ERR_UNREACHABLE where it cannot */
-ucs_status_t span_cuda_vmm_table_view_open(const span_vmm_key_t *keys,
-                                           uint32_t n,
-                                           span_cuda_vmm_table_view_t *view);
+ucs_status_t span_vmm_table_view_open(const span_vmm_key_t *keys,
+                                      uint32_t n,
+                                      span_vmm_table_view_t *view);
 
-void span_cuda_vmm_table_view_close(span_cuda_vmm_table_view_t *view);
+void span_vmm_table_view_close(span_vmm_table_view_t *view);
 
 /* Whether the table still says that key's descriptor is its export */
-int span_cuda_vmm_table_view_holds(const span_cuda_vmm_table_view_t *view,
-                                   const span_vmm_key_t *key);
+int span_vmm_table_view_holds(const span_vmm_table_view_t *view,
+                              const span_vmm_key_t *key);
 
 #endif

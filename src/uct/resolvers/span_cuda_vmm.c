@@ -9,7 +9,6 @@
 #include "span_vmm_export.h"
 #include "span_rocm_vmm.h"
 #include "base/span_hash.h"
-#include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
@@ -17,8 +16,6 @@
 
 #if HAVE_CUDA
 #include "span_libcuda.h"
-
-#include <unistd.h>
 
 static int span_cuda_vmm_ready(void)
 {
@@ -79,26 +76,15 @@ ucs_status_t span_cuda_vmm_export_fd(uint64_t base, int *fd_p)
     return UCS_OK;
 }
 
-/* Maps one unit of the exporter's at addr */
-static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
-                                           const span_vmm_key_t *key,
-                                           uint32_t pid, uint64_t addr,
-                                           uint64_t size)
+static ucs_status_t span_cuda_vmm_map_fd(int fd, uint32_t pid, uint64_t addr,
+                                         uint64_t size)
 {
     CUmemGenericAllocationHandle handle;
-    ucs_status_t status;
     CUresult res;
-    int fd;
 
-    status = span_vmm_unit_take(pidfd, table, key, SPAN_CUDA_VMM_MAGIC,
-                                pid, size, &fd);
-    if (status != UCS_OK) {
-        return status;
-    }
     res = span_libcuda.cuMemImportFromShareableHandle(
             &handle, (void*)(uintptr_t)fd,
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    close(fd); /* the handle holds the memory */
     if (res != CUDA_SUCCESS) {
         ucs_error("span cuda vmm: cannot import a unit of process %u: %d",
                   pid, res);
@@ -109,47 +95,16 @@ static ucs_status_t span_cuda_vmm_map_unit(int pidfd, int table,
     return (res == CUDA_SUCCESS) ? UCS_OK : UCS_ERR_NO_MEMORY;
 }
 
-static void span_cuda_vmm_unmap_units(const span_chunk_geom_t *geom,
-                                      uint64_t va, uint32_t count)
+static void span_cuda_vmm_unmap_range(uint64_t addr, uint64_t size)
 {
-    uint64_t start, length;
-    uint32_t i;
-
-    for (i = 0; i < count; ++i) {
-        span_chunk_range(geom, i, &start, &length);
-        span_libcuda.cuMemUnmap(va + (start - geom->base), length);
-    }
+    span_libcuda.cuMemUnmap(addr, size);
 }
 
-/* Maps units [0, *count_p) of the keys at va; *count_p: how many it
- * mapped */
-static ucs_status_t span_cuda_vmm_map_keys(int pidfd,
-                                           const span_vmm_key_t *keys,
-                                           const span_chunk_geom_t *geom,
-                                           uint64_t va, uint32_t *count_p)
-{
-    ucs_status_t status;
-    uint64_t start, length;
-    uint32_t i;
-    int table;
-
-    *count_p = 0;
-    status   = span_vmm_table_open(pidfd, &keys[0], &table);
-    if (status != UCS_OK) {
-        return status;
-    }
-    for (i = 0; i < geom->num_chunks; ++i) {
-        span_chunk_range(geom, i, &start, &length);
-        status = span_cuda_vmm_map_unit(pidfd, table, &keys[i], keys[0].pid,
-                                        va + (start - geom->base), length);
-        if (status != UCS_OK) {
-            break;
-        }
-        ++*count_p;
-    }
-    close(table);
-    return status;
-}
+static const span_vmm_importer_t span_cuda_vmm_importer = {
+    .magic  = SPAN_CUDA_VMM_MAGIC,
+    .map_fd = span_cuda_vmm_map_fd,
+    .unmap  = span_cuda_vmm_unmap_range,
+};
 
 static ucs_status_t span_cuda_vmm_map_units(const span_vmm_key_t *keys,
                                             const span_chunk_geom_t *geom,
@@ -158,30 +113,14 @@ static ucs_status_t span_cuda_vmm_map_units(const span_vmm_key_t *keys,
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
                               CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     ucs_status_t status;
-    uint32_t mapped;
-    int pidfd;
 
-    /* the first unit's key names the process and its table; every key is
-     * checked */
-    status = span_peer_check(keys[0].pid, keys[0].pid_ns, keys[0].table_fd,
-                             "a VMM export table");
-    if (status != UCS_OK) {
-        return status;
-    }
-    pidfd = span_peer_pidfd_open(keys[0].pid);
-    if (pidfd < 0) {
-        ucs_error("span cuda vmm: pidfd_open(%u) failed: %m", keys[0].pid);
-        return UCS_ERR_UNREACHABLE;
-    }
-    status = span_cuda_vmm_map_keys(pidfd, keys, geom, va, &mapped);
-    close(pidfd);
+    status = span_vmm_map_units(&span_cuda_vmm_importer, keys, geom, va);
     if ((status == UCS_OK) &&
         (span_libcuda.cuMemSetAccess(va, geom->length, &access, 1) !=
          CUDA_SUCCESS)) {
+        span_vmm_unmap_units(&span_cuda_vmm_importer, geom, va,
+                             geom->num_chunks);
         status = UCS_ERR_NO_MEMORY;
-    }
-    if (status != UCS_OK) {
-        span_cuda_vmm_unmap_units(geom, va, mapped);
     }
     return status;
 }

@@ -8,7 +8,6 @@
 #include "span_rocm_vmm.h"
 #include "span_vmm_export.h"
 #include "base/span_hash.h"
-#include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
@@ -25,8 +24,6 @@ void span_rocm_vmm_keys_mark(span_vmm_key_t *keys, uint32_t n)
 
 #if HAVE_ROCM
 #include "span_librocm.h"
-
-#include <unistd.h>
 
 ucs_status_t span_rocm_vmm_access(span_vmm_map_t *map, int device)
 {
@@ -54,25 +51,14 @@ ucs_status_t span_rocm_vmm_access(span_vmm_map_t *map, int device)
     return UCS_OK;
 }
 
-/* Maps one unit of the exporter's at addr */
-static ucs_status_t span_rocm_vmm_map_unit(int pidfd, int table,
-                                           const span_vmm_key_t *key,
-                                           uint32_t pid, uint64_t addr,
-                                           uint64_t size)
+static ucs_status_t span_rocm_vmm_map_fd(int fd, uint32_t pid, uint64_t addr,
+                                         uint64_t size)
 {
     hipMemGenericAllocationHandle_t handle;
-    ucs_status_t status;
     hipError_t err;
-    int fd;
 
-    status = span_vmm_unit_take(pidfd, table, key, SPAN_ROCM_VMM_MAGIC,
-                                pid, size, &fd);
-    if (status != UCS_OK) {
-        return status;
-    }
     err = span_librocm.hipMemImportFromShareableHandle(
             &handle, (void*)(intptr_t)fd, hipMemHandleTypePosixFileDescriptor);
-    close(fd); /* the handle holds the memory */
     if (err != hipSuccess) {
         ucs_error("span rocm vmm: cannot import a unit of process %u: %d",
                   pid, err);
@@ -88,56 +74,16 @@ static ucs_status_t span_rocm_vmm_map_unit(int pidfd, int table,
     return UCS_OK;
 }
 
-static void span_rocm_vmm_unmap_units(const span_chunk_geom_t *geom,
-                                      uint64_t va, uint32_t count)
+static void span_rocm_vmm_unmap_range(uint64_t addr, uint64_t size)
 {
-    uint64_t start, length;
-    uint32_t i;
-
-    for (i = 0; i < count; ++i) {
-        span_chunk_range(geom, i, &start, &length);
-        span_librocm.hipMemUnmap((void*)(va + (start - geom->base)), length);
-    }
+    span_librocm.hipMemUnmap((void*)addr, size);
 }
 
-/* Maps every unit of the keys at va, or none */
-static ucs_status_t span_rocm_vmm_map_units(const span_vmm_key_t *keys,
-                                            const span_chunk_geom_t *geom,
-                                            uint64_t va)
-{
-    uint64_t start, length;
-    ucs_status_t status;
-    uint32_t i = 0;
-    int pidfd, table;
-
-    /* the first unit's key names the process and its table; every key is
-     * checked */
-    status = span_peer_check(keys[0].pid, keys[0].pid_ns, keys[0].table_fd,
-                             "a VMM export table");
-    if (status != UCS_OK) {
-        return status;
-    }
-    pidfd = span_peer_pidfd_open(keys[0].pid);
-    if (pidfd < 0) {
-        ucs_error("span rocm vmm: pidfd_open(%u) failed: %m", keys[0].pid);
-        return UCS_ERR_UNREACHABLE;
-    }
-    status = span_vmm_table_open(pidfd, &keys[0], &table);
-    if (status == UCS_OK) {
-        for (i = 0; (status == UCS_OK) && (i < geom->num_chunks); ++i) {
-            span_chunk_range(geom, i, &start, &length);
-            status = span_rocm_vmm_map_unit(pidfd, table, &keys[i],
-                                            keys[0].pid,
-                                            va + (start - geom->base), length);
-        }
-        close(table);
-    }
-    close(pidfd);
-    if (status != UCS_OK) {
-        span_rocm_vmm_unmap_units(geom, va, (i > 0) ? (i - 1) : 0);
-    }
-    return status;
-}
+static const span_vmm_importer_t span_rocm_vmm_importer = {
+    .magic  = SPAN_ROCM_VMM_MAGIC,
+    .map_fd = span_rocm_vmm_map_fd,
+    .unmap  = span_rocm_vmm_unmap_range,
+};
 
 ucs_status_t span_rocm_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
@@ -166,14 +112,16 @@ ucs_status_t span_rocm_vmm_import(const span_vmm_key_t *keys,
     map->keys_sum = span_hash_fnv(keys, geom->num_chunks * sizeof(*keys));
     map->pid      = keys[0].pid;
     map->pid_ns   = keys[0].pid_ns;
-    status        = span_rocm_vmm_map_units(keys, geom, map->base);
+    status        = span_vmm_map_units(&span_rocm_vmm_importer, keys, geom,
+                                       map->base);
     if (status == UCS_OK) {
         /* the device of the calling thread, as HIP's current one */
         span_librocm.hipGetDevice(&device);
         map->device = device;
         status      = span_rocm_vmm_access(map, device);
         if (status != UCS_OK) {
-            span_rocm_vmm_unmap_units(geom, map->base, geom->num_chunks);
+            span_vmm_unmap_units(&span_rocm_vmm_importer, geom, map->base,
+                                 geom->num_chunks);
         }
     }
     if (status != UCS_OK) {

@@ -434,13 +434,19 @@ ucs_status_t span_vmm_table_take(int pidfd, int table,
     return UCS_ERR_INVALID_ADDR;
 }
 
-ucs_status_t span_vmm_unit_take(int pidfd, int table,
-                                const span_vmm_key_t *key, uint32_t magic,
-                                uint32_t pid, uint64_t size, int *fd_p)
+/* The descriptor of the unit of keys[i], checked to be of the importer's
+ * magic, of the exporter and of size bytes */
+static ucs_status_t span_vmm_unit_take(int pidfd, int table,
+                                       const span_vmm_importer_t *importer,
+                                       const span_vmm_key_t *keys, uint32_t i,
+                                       uint64_t size, int *fd_p)
 {
+    const span_vmm_key_t *key = &keys[i];
+    uint32_t pid              = keys[0].pid;
     ucs_status_t status;
 
-    if ((key->magic != magic) || (key->pid != pid) || (key->size != size)) {
+    if ((key->magic != importer->magic) || (key->pid != pid) ||
+        (key->size != size)) {
         ucs_error("span vmm: a unit key does not describe the %" PRIu64
                   "-byte unit of process %u the rkey's geometry makes", size,
                   pid);
@@ -451,6 +457,79 @@ ucs_status_t span_vmm_unit_take(int pidfd, int table,
         return status;
     }
     return span_vmm_table_take(pidfd, table, key, fd_p);
+}
+
+void span_vmm_unmap_units(const span_vmm_importer_t *importer,
+                          const span_chunk_geom_t *geom, uint64_t va,
+                          uint32_t count)
+{
+    uint64_t start, length;
+    uint32_t i;
+
+    for (i = 0; i < count; ++i) {
+        span_chunk_range(geom, i, &start, &length);
+        importer->unmap(va + (start - geom->base), length);
+    }
+}
+
+/* Maps units [0, *count_p) at va through the exporter's table */
+static ucs_status_t span_vmm_map_table(const span_vmm_importer_t *importer,
+                                       int pidfd, const span_vmm_key_t *keys,
+                                       const span_chunk_geom_t *geom,
+                                       uint64_t va, uint32_t *count_p)
+{
+    uint64_t start, length;
+    ucs_status_t status;
+    int table = -1, fd;
+
+    status = span_vmm_table_open(pidfd, &keys[0], &table);
+    for (*count_p = 0; (status == UCS_OK) && (*count_p < geom->num_chunks);
+         ++*count_p) {
+        span_chunk_range(geom, *count_p, &start, &length);
+        status = span_vmm_unit_take(pidfd, table, importer, keys, *count_p,
+                                    length, &fd);
+        if (status != UCS_OK) {
+            break;
+        }
+        status = importer->map_fd(fd, keys[0].pid, va + (start - geom->base),
+                                  length);
+        close(fd); /* a mapped unit's handle holds its memory */
+        if (status != UCS_OK) {
+            break;
+        }
+    }
+    if (table >= 0) {
+        close(table);
+    }
+    return status;
+}
+
+ucs_status_t span_vmm_map_units(const span_vmm_importer_t *importer,
+                                const span_vmm_key_t *keys,
+                                const span_chunk_geom_t *geom, uint64_t va)
+{
+    ucs_status_t status;
+    uint32_t mapped;
+    int pidfd;
+
+    /* the first unit's key names the process and its table; every key is
+     * checked */
+    status = span_peer_check(keys[0].pid, keys[0].pid_ns, keys[0].table_fd,
+                             "a VMM export table");
+    if (status != UCS_OK) {
+        return status;
+    }
+    pidfd = span_peer_pidfd_open(keys[0].pid);
+    if (pidfd < 0) {
+        ucs_error("span vmm: pidfd_open(%u) failed: %m", keys[0].pid);
+        return UCS_ERR_UNREACHABLE;
+    }
+    status = span_vmm_map_table(importer, pidfd, keys, geom, va, &mapped);
+    close(pidfd);
+    if (status != UCS_OK) {
+        span_vmm_unmap_units(importer, geom, va, mapped);
+    }
+    return status;
 }
 
 ucs_status_t span_vmm_table_view_open(const span_vmm_key_t *keys,

@@ -124,7 +124,7 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
         goto err_close;
     }
 
-    status = span_iface_attach(iface, smd, worker);
+    status = span_iface_attach(iface, smd, worker, tl->inner->name);
     if (status != UCS_OK) {
         goto err_close;
     }

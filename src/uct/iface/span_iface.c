@@ -14,6 +14,7 @@
 #include "span_split.h"
 #include "resolvers/span_cuda_copy.h"
 #include "resolvers/span_rocm_copy.h"
+#include "resolvers/span_nvml.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,6 +37,8 @@ typedef struct span_iface {
                                      bytes fit in a chunk; 0: no chunks */
     size_t             put_max_iov;
     size_t             get_max_iov;
+    size_t             get_max_zcopy; /* what the twin offers where the
+                                         inner offers none; 0: as inner */
     span_split_queue_t queue;
     span_cuda_copy_t   *copy;     /* VMM copies: made on the first one */
     span_rocm_copy_t   *rocm_copy; /* the same, of ROCm units */
@@ -818,6 +821,9 @@ static ucs_status_t span_iface_query(uct_iface_h iface, uct_iface_attr_t *attr)
     span_iface_cap(&attr->cap.tag.eager.max_iov, SPAN_IOV_MAX);
     span_iface_cap(&attr->cap.tag.recv.max_iov, SPAN_IOV_MAX);
     span_iface_cap(&attr->cap.tag.rndv.max_iov, SPAN_IOV_MAX);
+    if (attr->cap.get.max_zcopy == 0) {
+        attr->cap.get.max_zcopy = siface->get_max_zcopy;
+    }
     /* every op fits in one chunk of the overlapping ones */
     span_iface_cap(&attr->cap.put.max_short, siface->max_op);
     span_iface_cap(&attr->cap.put.max_bcopy, siface->max_op);
@@ -879,8 +885,35 @@ static void span_iface_patch(uct_iface_ops_t *ops)
 }
 
 
+/*
+ * cuda_ipc turns get zero-copy off where its NVLink probe finds no link,
+ * and that probe answers at random in UCX 1.22 and 1.23 (span_nvml.c). The
+ * twin takes its own answer, the same for every twin iface of the process,
+ * and offers get zero-copy as far as cuda_ipc offers put zero-copy.
+ */
+static size_t span_iface_get_max_zcopy(const char *inner_tl,
+                                       const uct_iface_attr_t *attr)
+{
+    unsigned links;
+
+    if ((strcmp(inner_tl, "cuda_ipc") != 0) ||
+        !(attr->cap.flags & UCT_IFACE_FLAG_GET_ZCOPY) ||
+        (attr->cap.get.max_zcopy != 0)) {
+        return 0;
+    }
+
+    links = span_nvml_nvlinks();
+    if (links == 0) {
+        return 0;
+    }
+
+    ucs_debug("span: %s: get zero-copy on: GPU 0 has %u active NVLinks "
+              "(the transport's own probe found none)", inner_tl, links);
+    return attr->cap.put.max_zcopy;
+}
+
 ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
-                               uct_worker_h worker)
+                               uct_worker_h worker, const char *inner_tl)
 {
     uct_iface_attr_t attr;
     span_iface_t *siface;
@@ -900,6 +933,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->max_op      = (smd->chunk_size != 0) ? smd->overlap : 0;
     siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
+    siface->get_max_zcopy = span_iface_get_max_zcopy(inner_tl, &attr);
     siface->copy        = NULL;
     siface->rocm_copy   = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);

@@ -1,0 +1,160 @@
+/*
+ * NVLink detection for the twin of cuda_ipc.
+ *
+ * cuda_ipc offers get zero-copy only where its own NVLink probe counts
+ * links, and in UCX 1.22 and 1.23 that probe is not to be trusted: a probe
+ * that fails is not cached, a count of 0 is, and neither is logged with its
+ * reason. On a 4-GPU NVLink node, inside the twin's iface_open, it found "no
+ * nvlinks" in 16 of 40 fresh processes (with tcp beside; never natively),
+ * and UCP then emulated every get in software, thousands of times slower.
+ * So the twin asks NVML itself, once per process, with every field of its
+ * requests set and failed calls tried again, and offers get zero-copy where
+ * GPU 0 has an active NVLink, whatever the inner probe said.
+ *
+ * NVML is loaded at run time (span links no vendor library); only the few
+ * calls below are declared, with the layouts of NVML's ABI.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_nvml.h"
+
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SPAN_NVML_SUCCESS              0
+#define SPAN_NVML_FI_NVLINK_LINK_COUNT 91 /* NVML_FI_DEV_NVLINK_LINK_COUNT */
+#define SPAN_NVML_VALUE_UINT           1  /* NVML_VALUE_TYPE_UNSIGNED_INT */
+#define SPAN_NVML_FEATURE_ENABLED      1  /* NVML_FEATURE_ENABLED */
+/* NVML_NVLINK_MAX_LINKS of the newest NVML: a bound on a count read from
+ * the driver */
+#define SPAN_NVML_MAX_LINKS            18
+/* A probe whose NVML calls fail is tried again, this many times in all,
+ * this far apart: an NVML call can fail for a moment while another
+ * process sets the GPU up */
+#define SPAN_NVML_TRIES                10
+#define SPAN_NVML_RETRY_USEC           20000
+
+/* nvmlFieldValue_t */
+typedef struct {
+    unsigned  field_id;
+    unsigned  scope_id;
+    long long timestamp;
+    long long latency_usec;
+    int       value_type;
+    int       nvml_return;
+    union {
+        double             d;
+        unsigned           ui;
+        unsigned long long ull;
+    } value;
+} span_nvml_field_value_t;
+
+typedef struct {
+    int (*init)(void);
+    int (*device_by_index)(unsigned index, void **device);
+    int (*field_values)(void *device, int count,
+                        span_nvml_field_value_t *values);
+    int (*link_state)(void *device, unsigned link, int *active);
+    const char *(*error_string)(int result);
+} span_nvml_t;
+
+static pthread_once_t span_nvml_once = PTHREAD_ONCE_INIT;
+static unsigned       span_nvml_links;
+
+static int span_nvml_load(void *lib, span_nvml_t *nvml)
+{
+    nvml->init            = dlsym(lib, "nvmlInit_v2");
+    nvml->device_by_index = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    nvml->field_values    = dlsym(lib, "nvmlDeviceGetFieldValues");
+    nvml->link_state      = dlsym(lib, "nvmlDeviceGetNvLinkState");
+    nvml->error_string    = dlsym(lib, "nvmlErrorString");
+    return (nvml->init != NULL) && (nvml->device_by_index != NULL) &&
+           (nvml->field_values != NULL) && (nvml->link_state != NULL) &&
+           (nvml->error_string != NULL);
+}
+
+/* Active links of GPU 0 in *active_p; an error where NVML failed */
+static ucs_status_t span_nvml_count(const span_nvml_t *nvml,
+                                    unsigned *active_p)
+{
+    span_nvml_field_value_t count;
+    unsigned link, active = 0;
+    void *device;
+    int res, state;
+
+    res = nvml->device_by_index(0, &device);
+    if (res != SPAN_NVML_SUCCESS) {
+        ucs_debug("span nvml: GPU 0: %s", nvml->error_string(res));
+        return UCS_ERR_IO_ERROR;
+    }
+
+    memset(&count, 0, sizeof(count));
+    count.field_id = SPAN_NVML_FI_NVLINK_LINK_COUNT;
+    res            = nvml->field_values(device, 1, &count);
+    if ((res != SPAN_NVML_SUCCESS) ||
+        (count.nvml_return != SPAN_NVML_SUCCESS) ||
+        (count.value_type != SPAN_NVML_VALUE_UINT)) {
+        ucs_debug("span nvml: GPU 0: NVLink count: %s (value: %s, type %d)",
+                  nvml->error_string(res),
+                  nvml->error_string(count.nvml_return), count.value_type);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    for (link = 0; link < ucs_min(count.value.ui, SPAN_NVML_MAX_LINKS);
+         ++link) {
+        state = 0;
+        res   = nvml->link_state(device, link, &state);
+        if (res != SPAN_NVML_SUCCESS) {
+            ucs_debug("span nvml: GPU 0: state of NVLink %u: %s", link,
+                      nvml->error_string(res));
+            return UCS_ERR_IO_ERROR;
+        }
+        active += (state == SPAN_NVML_FEATURE_ENABLED);
+    }
+    ucs_debug("span nvml: GPU 0: %u NVLinks, %u active", count.value.ui,
+              active);
+    *active_p = active;
+    return UCS_OK;
+}
+
+static void span_nvml_probe(void)
+{
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    span_nvml_t nvml;
+    int res, tries;
+
+    if (lib == NULL) {
+        ucs_debug("span nvml: no NVML: %s", dlerror());
+        return;
+    }
+    if (!span_nvml_load(lib, &nvml)) {
+        ucs_debug("span nvml: libnvidia-ml.so.1 lacks a call span needs");
+        return;
+    }
+    if ((res = nvml.init()) != SPAN_NVML_SUCCESS) {
+        ucs_debug("span nvml: no NVML: %s", nvml.error_string(res));
+        return;
+    }
+    for (tries = 1; span_nvml_count(&nvml, &span_nvml_links) != UCS_OK;
+         ++tries) {
+        if (tries == SPAN_NVML_TRIES) {
+            ucs_diag("span nvml: GPU 0: NVML failed %d times: cuda_ipc+ "
+                     "offers get zero-copy as cuda_ipc does", tries);
+            return;
+        }
+        usleep(SPAN_NVML_RETRY_USEC);
+    }
+    /* NVML stays loaded and initialised: UCX's cuda modules use it too */
+}
+
+unsigned span_nvml_nvlinks(void)
+{
+    pthread_once(&span_nvml_once, span_nvml_probe);
+    return span_nvml_links;
+}

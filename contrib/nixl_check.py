@@ -18,10 +18,14 @@ and UCX's defaults.
       segments off); boundaries every 20 MiB; bytes checked on the device;
       UCX_TLS=cuda_copy,cuda_ipc,tcp vs cuda_copy,cuda_ipc+,tcp.
 
-A twin row is right when NIXL says DONE, every byte is as expected and,
-where the native transport carried the op in the native row (UCP's choice,
-from UCX_PROTO_INFO, listed under the table), the twin carried it in the
-twin row. GB/s is only as good as the machine: NIXL's progress thread
+A twin row is right when NIXL says DONE, every byte is as expected and
+the twin carried the op (UCP's choice, from UCX_PROTO_INFO, listed under
+the table) wherever the native transport carried it in the native row and,
+in GPU mode, always (get: where GPU 0 has an active NVLink): span's
+cuda_ipc+ carries put and get of every device buffer, VMM ones too, also
+where native cuda_ipc leaves get to software emulation. Before the first row, the initiator READs the whole buffer once
+right after add_remote_agent: its time (cold start: metadata, rkey unpack,
+IPC import and map, the copy) is printed under the table. GB/s is only as good as the machine: NIXL's progress thread
 spins (one per agent), so on two cores the copying thread is preempted and
 the medians scatter by 10x; the bytes do not.
 
@@ -37,7 +41,7 @@ for each pair that `--connect HOST:PORT` on the initiator's node asks for
 target's; it serves until killed).
 
   nixl_check.py [--gpu] [--runs N] [--mib N] [--tls NATIVE TWIN]
-                [--connect HOST:PORT]
+                [--gpus INITIATOR,TARGET] [--connect HOST:PORT]
   nixl_check.py --serve HOST:PORT
 """
 import argparse
@@ -124,9 +128,10 @@ class DeviceMem:
 
     kind = "VRAM"
 
-    def __init__(self, torch):
+    def __init__(self, torch, device):
         self.torch = torch
         self._base = None
+        torch.cuda.set_device(device)
 
     def alloc(self, size):
         return self.torch.empty(size, dtype=self.torch.uint8, device="cuda")
@@ -207,11 +212,11 @@ def recv(sock):
     return pickle.loads(recv_exact(sock, n))
 
 
-def make_mem(gpu):
-    if not gpu:
+def make_mem(args, role):
+    if not args.gpu:
         return HostMem()
     import torch
-    return DeviceMem(torch)
+    return DeviceMem(torch, args.gpus[role == "target"])
 
 
 def make_agent(name):
@@ -228,7 +233,7 @@ def target_main(sock, args):
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     elif args.gpu:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    mem = make_mem(args.gpu)
+    mem = make_mem(args, "target")
     size = args.mib << 20
     # first, so that it starts a segment of its own
     buf = mem.alloc(size)
@@ -361,7 +366,7 @@ def initiator_main(sock, args):
         send(sock, {"cmd": "quit"})
         emit(args, {"error": "target: " + remote["error"]})
         return 0
-    mem = make_mem(args.gpu)
+    mem = make_mem(args, "initiator")
     size = remote["size"]
     local = mem.alloc(size)
     mem.sync()
@@ -372,7 +377,10 @@ def initiator_main(sock, args):
             raise RuntimeError("no UCX backend")
         agent.register_memory(
             [(mem.addr(local), size, mem.devid(local), "")], mem.kind)
+        t0 = time.perf_counter()
         agent.add_remote_agent(remote["meta"])
+        cold = cold_read(agent, mem, local, remote)
+        cold_ms = (time.perf_counter() - t0) * 1e3 if cold == "DONE" else None
     except Exception as e:
         send(sock, {"cmd": "quit"})
         emit(args, {"error": "%s: %s" % (type(e).__name__, e)})
@@ -386,8 +394,23 @@ def initiator_main(sock, args):
             res["op"] = "%s %s" % (op, name)
             results.append(res)
     send(sock, {"cmd": "quit"})
-    emit(args, {"results": results})
+    emit(args, {"results": results, "cold_ms": cold_ms})
     return 0
+
+
+def cold_read(agent, mem, local, remote):
+    """The first READ of the whole buffer after add_remote_agent; its
+    state (the bytes are checked by the rows that follow)."""
+    size = remote["size"]
+    handle = agent.initialize_xfer(
+        "READ", agent.get_xfer_descs([(mem.addr(local), size,
+                                       mem.devid(local))], mem.kind),
+        agent.get_xfer_descs([(remote["addr"], size, remote["devid"])],
+                             remote["kind"]), "target")
+    state = wait_xfer(agent, handle, agent.transfer(handle))
+    if state == "DONE":
+        handle.release()
+    return state
 
 
 # --------------------------------------------------------------------------
@@ -429,6 +452,18 @@ def via(lanes, op, tl):
     return any(tl + "/" in lane for lane in lanes.get(op, []))
 
 
+def gpu_has_nvlink():
+    """An active NVLink on GPU 0, as nvidia-smi reports it (cuda_ipc and
+    its twin offer get zero-copy there)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "nvlink", "--status", "-i", "0"],
+                             capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "GB/s" in out
+
+
 def host_port(text):
     host, _, port = text.rpartition(":")
     return host, int(port)
@@ -444,6 +479,7 @@ def target_env(tls):
 def role_argv(args, alloc, role, fd, result_fd=None):
     argv = [sys.executable, os.path.abspath(__file__), "--runs",
             str(args.runs), "--mib", str(args.mib), "--alloc", alloc,
+            "--gpus", "%d,%d" % tuple(args.gpus),
             "--role", role, "--fd", str(fd)]
     if result_fd is not None:
         argv += ["--result-fd", str(result_fd)]
@@ -577,6 +613,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--mib", type=int, default=None)
     ap.add_argument("--tls", nargs=2, metavar=("NATIVE", "TWIN"))
+    ap.add_argument("--gpus", default="0,0", metavar="INITIATOR,TARGET",
+                    help="GPU mode: the initiator's and the target's GPU")
     ap.add_argument("--timeout", type=int, default=300,
                     help="seconds per pair of processes")
     ap.add_argument("--connect", metavar="HOST:PORT",
@@ -589,6 +627,9 @@ def main():
     ap.add_argument("--result-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--alloc", default="host", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.gpus = [int(g) for g in args.gpus.split(",")]
+    if len(args.gpus) != 2:
+        ap.error("--gpus takes two GPU ordinals: INITIATOR,TARGET")
     if args.mib is None:
         args.mib = 300 if args.gpu else 32
 
@@ -619,6 +660,8 @@ def main():
     print("NIXL UCX backend, %d MiB target buffer, GB/s median of %d; "
           "UCX_MODULE_DIR=%s" % (args.mib, args.runs,
                                  os.environ.get("UCX_MODULE_DIR", "(unset)")))
+    if args.gpu:
+        print("initiator on GPU %d, target on GPU %d" % tuple(args.gpus))
     if args.connect:
         print("initiator here on %s, target on the node of %s" %
               (socket.gethostname(), args.connect))
@@ -626,7 +669,10 @@ def main():
     print("|---|---|---|---|---|---|---|")
     rc = 0
     results = {}
-    lanes = []
+    lanes, colds = [], []
+    # what the twin carries whatever the native transport did
+    always = {"put"} | ({"get"} if gpu_has_nvlink() else set()) \
+        if args.gpu else set()
     for alloc in allocs:
         mode = "gpu %s" % alloc if args.gpu else "cpu"
         rows, lanes_of = {}, {}
@@ -637,6 +683,9 @@ def main():
                                     "bytes_ok": None, "gbps": None}]}
             rows[tls] = res["results"]
             lanes_of[tls] = res.get("lanes", {})
+            colds.append("%s, UCX_TLS=%s: %s" % (
+                mode, tls, "%.1f ms" % res["cold_ms"] if res.get("cold_ms")
+                else "-"))
             lanes.append("%s, UCX_TLS=%s: put %s; get %s" % (
                 mode, tls, *(", ".join(res.get("lanes", {}).get(op) or ["-"])
                              for op in ("put", "get"))))
@@ -652,11 +701,12 @@ def main():
                 else:
                     n = nat.get(r["op"]) or nat.get("(setup)") or {}
                     good = r["status"] == "DONE" and ok is True
-                    # where the native transport carried this op, the twin
-                    # must have carried it too: not tcp in its place
+                    # where the native transport carried this op (on a GPU:
+                    # always), the twin must have carried it: not tcp
                     op = "put" if r["op"].startswith("WRITE") else "get"
                     through = [t for t in twins
-                               if via(lanes_of[native], op, t[:-1]) and
+                               if (op in always or
+                                   via(lanes_of[native], op, t[:-1])) and
                                not via(lanes_of[twin], op, t)]
                     if good and through:
                         good = False
@@ -679,6 +729,9 @@ def main():
     print("\nWhat UCP chose between the two %s (UCX_PROTO_INFO):" %
           ("nodes" if args.connect else "processes"))
     for line in lanes:
+        print("- " + line)
+    print("\nCold start: add_remote_agent to the first whole READ done:")
+    for line in colds:
         print("- " + line)
     if args.gpu:
         # the goal: the twin on expandable memory as fast as native cuda_ipc

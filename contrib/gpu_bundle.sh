@@ -46,6 +46,10 @@ gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src/uct" -I"$ucx/include"
     "$top/contrib/span_resolve_shim.c" "$top/src/uct/resolvers/span_cuda.c" \
     "$top/src/uct/resolvers/span_libcuda.c" \
     -L"$ucx/lib" -lucs -ldl -o "$out/bin/libspan_resolve.so"
+# an NVML in which cuda_ipc's NVLink probe fails (gpu_suite.sh part F)
+mkdir -p "$out/nvshim"
+gcc -shared -fPIC -O2 "$top/contrib/span_nvml_shim.c" -ldl \
+    -o "$out/nvshim/libnvidia-ml.so.1"
 strip --strip-unneeded "$out"/ucx/lib/*.so.0 "$out"/ucx/lib/ucx/*.so.0 \
     "$out"/span/*.so* "$out"/bin/* "$out"/ucx/bin/* 2>/dev/null || true
 du -sh "$out"

@@ -16,13 +16,24 @@
 #     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
 #     contrib/nixl_bundle.sh's copy of NIXL.
+#  F. fresh pairs: ucx_perftest -m cuda -t ucp_get, a new server and client
+#     each time, SPAN_FRESH_PAIRS of them (default 50) over the twin with
+#     UCX_LOG_LEVEL=debug and 20 natively: the protocol UCP chose for get,
+#     and how often cuda_ipc's own NVLink probe found no link;
+#  M. every ordered pair of GPUs: the GPU tests' compact cases (cudaMalloc
+#     and 16 VMM handles at odd offsets, a PyTorch expandable tensor), bytes
+#     and the protocols of every device put/get checked, then put/get GB/s
+#     of VMM memory (twin) against cudaMalloc (native), medians of RUNS;
+#  C. NIXL, one initiator on each GPU reading and writing a tensor of the
+#     next GPU, all at once, RUNS times (where .gpu/nixlpy exists).
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
 #     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, README "ROCm"); skipped elsewhere.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45 (default 1234U56789PNR)
+# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
+# (default 1234U56789PNFMCR)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-1234U56789PNR}
+parts=${2:-1234U56789PNFMCR}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -256,5 +267,131 @@ if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
 else
     echo "(no .gpu/nixlpy: contrib/nixl_bundle.sh makes it)"
 fi
+}
+ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+
+# the UCX_PROTO_INFO rows of puts and gets from device memory not carried
+# by zero-copy over TL (stdin: a log); puts from host memory (the harness
+# filling a target) are another transport's
+off_tl() {
+    proto_rows | grep -E 'by ucp_put.* from cuda/|by ucp_get.* into cuda/' |
+        grep -vE "zero-copy ${1//+/\\+}/" || true
+}
+
+part F && {
+echo
+pairs=${SPAN_FRESH_PAIRS:-50}
+echo "## F. Fresh pairs: ucx_perftest -m cuda -t ucp_get, 16 MiB, a new server and client each"
+echo '| UCX_TLS | UCX_LOG_LEVEL | pairs | get zero-copy over the tested transport | elsewhere | failed | cuda_ipc probe found no NVLink | twin turned get zero-copy on |'
+echo '|---|---|---|---|---|---|---|---|'
+fresh() { # TLS LOGLEVEL PAIRS TL
+    local ok=0 off=0 failed=0 noprobe=0 turned=0 r out
+    for ((r = 0; r < $3; r++)); do
+        port=$((port + 1))
+        UCX_TLS=$1 "$perftest" -p "$port" -m cuda >/dev/null 2>&1 &
+        sleep 0.3
+        out=$(UCX_LOG_LEVEL=$2 UCX_PROTO_INFO=y UCX_TLS=$1 timeout 60 \
+              "$perftest" 127.0.0.1 -p "$port" -t ucp_get -m cuda \
+              -s $((16 << 20)) -n 20 2>&1) || failed=$((failed + 1))
+        wait
+        if echo "$out" | proto_rows | grep -E 'by ucp_get.*cuda/' |
+                grep -qE "zero-copy ${4//+/\\+}/"; then
+            ok=$((ok + 1))
+        else
+            off=$((off + 1))
+            echo "$out" > "/tmp/span_fresh_off_$off.log"
+            { echo "$out" | proto_rows | grep 'by ucp_get' | head -2
+              echo "$out" | grep -iE 'nvml|nvlink|remote end' | sort |
+                  uniq -c | head -8; } | sed 's/^/    off: /' >&2
+        fi
+        echo "$out" | grep -q 'get zcopy disabled as no nvlinks' &&
+            noprobe=$((noprobe + 1))
+        echo "$out" | grep -q 'get zero-copy on: GPU 0 has' &&
+            turned=$((turned + 1))
+    done
+    echo "| $1 | $2 | $3 | $ok | $off | $failed | $noprobe | $turned |"
+    [ $off -eq 0 ] && [ $failed -eq 0 ]
+}
+# tcp beside: as NIXL's users run it (where get fell to emulation)
+fresh cuda_copy,cuda_ipc+,tcp debug "$pairs" cuda_ipc+ || rc=1
+fresh cuda_copy,cuda_ipc,tcp debug $((pairs < 20 ? pairs : 20)) cuda_ipc
+# cuda_ipc's NVLink probe made to fail every time (contrib/span_nvml_shim.c):
+# the twin must carry get all the same; natively it is emulated
+real=$(ldconfig -p | awk '/libnvidia-ml.so.1 / {print $NF; exit}')
+if [ -f "$gpu/nvshim/libnvidia-ml.so.1" ] && [ -n "$real" ]; then
+    LD_LIBRARY_PATH=$gpu/nvshim:$LD_LIBRARY_PATH SPAN_REAL_NVML=$real \
+        fresh cuda_copy,cuda_ipc+,tcp debug 10 cuda_ipc+ || rc=1
+    LD_LIBRARY_PATH=$gpu/nvshim:$LD_LIBRARY_PATH SPAN_REAL_NVML=$real \
+        fresh cuda_copy,cuda_ipc,tcp debug 5 cuda_ipc
+    echo "(the last two rows: cuda_ipc's NVML probe failing, the shim)"
+fi
+[ -d "$gpu/span_old" ] && UCX_MODULE_DIR=$gpu/span_old \
+    fresh cuda_copy,cuda_ipc+,tcp debug "$pairs" cuda_ipc+ &&
+    echo "(the last row: the plugin before the fix, in .gpu/span_old)"
+}
+
+part M && [ "$ngpus" -ge 2 ] && {
+echo
+echo "## M. Every ordered pair of $ngpus GPUs: compact cases, then GB/s (median of $runs)"
+echo '| initiator -> target | cases right (twin) | device ops not over cuda_ipc+ | cases right (native, reference) | put VMM twin / cudaMalloc native | get VMM twin / cudaMalloc native |'
+echo '|---|---|---|---|---|---|'
+cases() { echo "*put_get/malloc_sub_odd_$1:*put_get/vmm_16_sub_odd_$1:*put_get/torch_second_half_$1"; }
+python3 -c 'import torch' 2>/dev/null &&
+    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
+for ((i = 0; i < ngpus; i++)); do
+    for ((j = 0; j < ngpus; j++)); do
+        [ $i -eq $j ] && continue
+        log=/tmp/span_matrix_$i$j.log
+        SPAN_GPU_DEVICE=$i SPAN_PAIR_TARGET_GPU=$j UCX_PROTO_INFO=y \
+            GTEST_FILTER=$(cases twin) \
+            "$gpu/bin/span_gpu_test" > "$log" 2>&1
+        r=$?
+        SPAN_GPU_DEVICE=$i SPAN_PAIR_TARGET_GPU=$j \
+            GTEST_FILTER=$(cases native) \
+            "$gpu/bin/span_gpu_test" > "$log.native" 2>&1
+        off=$(off_tl cuda_ipc+ < "$log" | wc -l)
+        twin_ok=$(grep -c '^GPU|.*cuda_ipc+ .* 0 bytes wrong | 0 ops failed' "$log")
+        nat_ok=$(grep -c '^GPU|.*cuda_ipc  .* 0 bytes wrong | 0 ops failed' "$log.native")
+        p=() g=() np=() ng=()
+        for ((r2 = 0; r2 < runs; r2++)); do
+            t=$(SPAN_GPU_DEVICE=$i SPAN_PAIR_TARGET_GPU=$j "$gpu/bin/span_bench_gpu" bw \
+                3 15 300 10 $twin 2>/dev/null | grep '^BW')
+            n=$(SPAN_GPU_DEVICE=$i SPAN_PAIR_TARGET_GPU=$j UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y \
+                "$gpu/bin/span_bench_gpu" bw 1 0 300 10 $native 2>/dev/null | grep '^BW')
+            p+=("$(echo "$t" | awk '{print $7}')") g+=("$(echo "$t" | awk '{print $9}')")
+            np+=("$(echo "$n" | awk '{print $7}')") ng+=("$(echo "$n" | awk '{print $9}')")
+        done
+        ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f / %.1f = %.3f", a, b, (b > 0) ? a / b : 0}'; }
+        echo "| GPU $i -> GPU $j | $twin_ok/3 (exit $r) | $off | $nat_ok/3 | $(ratio "$(printf '%s\n' "${p[@]}" | median)" "$(printf '%s\n' "${np[@]}" | median)") | $(ratio "$(printf '%s\n' "${g[@]}" | median)" "$(printf '%s\n' "${ng[@]}" | median)") |"
+        [ "$r" -eq 0 ] && [ "$off" -eq 0 ] && [ "$twin_ok" -eq 3 ] || {
+            rc=1; off_tl cuda_ipc+ < "$log" | head -3 | sed 's/^/    off: /'; }
+    done
+done
+}
+
+part C && [ "$ngpus" -ge 2 ] && [ -f "$gpu/nixlpy/nixl.tar.xz" ] && {
+echo
+echo "## C. NIXL, $ngpus initiator/target pairs at once (GPU i reads and writes GPU i+1), $runs times, 300 MiB"
+rm -rf /tmp/span_nixl && mkdir -p /tmp/span_nixl &&
+    tar -C /tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
+echo '| round | pair | nixl_check | twin rows wrong | cold start (ms): expandable twin, cudaMalloc native |'
+echo '|---|---|---|---|---|'
+for ((r = 0; r < runs; r++)); do
+    for ((i = 0; i < ngpus; i++)); do
+        PYTHONPATH=/tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" \
+            --gpu --runs 1 --gpus $i,$(((i + 1) % ngpus)) \
+            > /tmp/span_nixl_c$i.log 2>&1 &
+    done
+    wait
+    for ((i = 0; i < ngpus; i++)); do
+        log=/tmp/span_nixl_c$i.log
+        v=$(grep '^nixl_check:' "$log")
+        bad=$(grep -c '^| gpu .*cuda_ipc+.*FAIL' "$log")
+        cold="$(sed -n 's/^- gpu expandable, UCX_TLS=.*cuda_ipc+.*: \([0-9.]*\) ms$/\1/p' "$log") / $(sed -n 's/^- gpu cudaMalloc, UCX_TLS=.*cuda_ipc,.*: \([0-9.]*\) ms$/\1/p' "$log")"
+        echo "| $r | GPU $i -> GPU $(((i + 1) % ngpus)) | ${v#nixl_check: } | $bad | $cold |"
+        [ "$bad" -eq 0 ] && grep -q 'every twin row right' "$log" || {
+            rc=1; grep -E '^\| gpu|^- gpu' "$log" | sed 's/^/    /'; }
+    done
+done
 }
 exit $rc

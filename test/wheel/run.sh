@@ -8,7 +8,8 @@
 #   UCX 1.22 (libucx-cu13): ucx_perftest -t ucp_put_bw and -t ucp_get,
 #       UCX_TLS=posix,cma+, environment from `python -m ucx_span env`;
 #   UCX 1.23 (nixl-cu13): contrib/nixl_check.py in CPU mode (cma vs cma+,
-#       every byte checked), environment from ucx_span.enable();
+#       every byte checked), environment from ucx_span.enable(); then
+#       contrib/nixl_example.py, the README's example, as a user runs it;
 # span loaded by libucx's own Python loader after ucx_span.enable(), and
 # enable() refusing once either UCX is loaded.
 # PyPI's wheels are downloaded once into SPAN_WHEELHOUSE (.deps/wheelhouse)
@@ -231,4 +232,13 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 EOF
     fail "nixl_check.py with the installed ucx_span"
 step "UCX 1.23 of nixl-cu13: nixl_check.py, cma vs cma+"
+
+# The example the README's pip section points users at, run as they would
+# (its default: both processes here, cma+,tcp, span from ucx_span.enable())
+env -u UCX_MODULE_DIR "$py" "$top/contrib/nixl_example.py" >"$tmp/log" 2>&1 ||
+    { cat "$tmp/log"; fail "nixl_example.py"; }
+[ "$(grep -c "span loaded from $tmp/venv/" "$tmp/log")" = 2 ] &&
+    grep -q "every byte as written" "$tmp/log" ||
+    { cat "$tmp/log"; fail "nixl_example.py: not over span of the wheel"; }
+step "UCX 1.23 of nixl-cu13: nixl_example.py, WRITE and READ over cma+"
 echo "wheel leg passed in $((SECONDS - start)) s"

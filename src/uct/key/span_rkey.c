@@ -92,10 +92,12 @@
  * use.
  */
 #include "span_rkey.h"
+#include "base/span_fork.h"
 #include "base/span_hash.h"
 #include "resolvers/span_cuda_vmm.h"
 
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
@@ -120,6 +122,15 @@ typedef struct span_rkey_size {
 
 static span_rkey_size_t span_rkey_sizes[SPAN_RKEY_SIZES];
 static pthread_mutex_t  span_rkey_sizes_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const span_fork_handlers_t span_rkey_sizes_fork = {
+    .lock = &span_rkey_sizes_lock
+};
+
+static void UCS_F_CTOR span_rkey_sizes_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_RKEY_SIZES, &span_rkey_sizes_fork);
+}
 
 static void span_rkey_put(uint8_t *p, uint64_t value, unsigned size)
 {

@@ -2077,8 +2077,8 @@ TEST_F(span_rkey_buffer, a_header_claiming_more_than_was_packed_is_refused)
      * of the body, which would be read past the buffer, decides nothing */
     for (unsigned K : {1u, 16u, 100u, 200u}) {
         key[36] = uint8_t(K);
-        uint32_t sum = fnv(2166136261u, key, 38);
-        memcpy(key + 38, &sum, sizeof(sum));
+        uint32_t sum = fnv(2166136261u, key, SPAN_RKEY_HDR_SUM_OFFSET);
+        memcpy(key + SPAN_RKEY_HDR_SUM_OFFSET, &sum, sizeof(sum));
         log_counter logs;
         EXPECT_NE(UCS_OK, uct_rkey_unpack(component, key, &b)) << K;
     }

@@ -279,6 +279,15 @@ ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
         free(export);
         return status;
     }
+    /* a driver's export takes no flags and may come inheritable (CUDA's
+     * does): a program this process executes must not hold the unit */
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        ucs_error("span vmm: cannot make the export %d of the unit at 0x%"
+                  PRIx64 " close-on-exec: %m", fd, base);
+        close(fd);
+        free(export);
+        return UCS_ERR_IO_ERROR;
+    }
     export->id   = id;
     export->base = base;
     export->size = size;

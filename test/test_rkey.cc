@@ -12,6 +12,8 @@ extern "C" {
 #include <iostream>
 #include <random>
 #include <vector>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace {
 
@@ -38,8 +40,10 @@ std::vector<uint8_t> inner_keys(const key_spec &s, uint32_t n)
     return keys;
 }
 
+/* Packed as a twin MD whose rkey_packed_size is rkey_size does */
 ucs_status_t pack(const key_spec &s, std::vector<uint8_t> &buf,
-                  std::vector<uint8_t> *keys_out = nullptr)
+                  std::vector<uint8_t> *keys_out = nullptr,
+                  size_t rkey_size = SPAN_RKEY_MAX_SIZE)
 {
     span_rkey_desc_t desc = {};
     desc.component_id     = span_rkey_component_id("cma");
@@ -52,7 +56,7 @@ ucs_status_t pack(const key_spec &s, std::vector<uint8_t> &buf,
     auto keys = inner_keys(s, desc.geom.num_chunks);
     buf.assign(SPAN_RKEY_MAX_SIZE, 0xee);
     size_t size;
-    status = span_rkey_pack(buf.data(), &desc, keys.data(), &size);
+    status = span_rkey_pack(buf.data(), rkey_size, &desc, keys.data(), &size);
     if (status == UCS_OK) {
         buf.resize(size);
     }
@@ -62,10 +66,11 @@ ucs_status_t pack(const key_spec &s, std::vector<uint8_t> &buf,
     return status;
 }
 
-std::vector<uint8_t> make_key(const key_spec &s)
+std::vector<uint8_t> make_key(const key_spec &s,
+                              size_t rkey_size = SPAN_RKEY_MAX_SIZE)
 {
     std::vector<uint8_t> buf;
-    EXPECT_EQ(UCS_OK, pack(s, buf));
+    EXPECT_EQ(UCS_OK, pack(s, buf, nullptr, rkey_size));
     return buf;
 }
 
@@ -118,7 +123,7 @@ TEST(span_rkey, capacity_of_8_byte_keys_with_2_GiB_chunks)
     const uint64_t GiB = 1ull << 30, chunk = 2 * GiB, overlap = 4 << 20;
     const struct {
         unsigned varying, keys;
-    } expect[] = {{8, 26}, {4, 51}, {3, 67}};
+    } expect[] = {{8, 25}, {4, 50}, {3, 67}};
     for (auto &e : expect) {
         uint64_t fits = chunk + (e.keys - 1) * (chunk - overlap);
         key_spec s    = {0x10000000000, fits, 0, chunk, overlap, 8, e.varying};
@@ -221,12 +226,20 @@ uint32_t fnv(uint32_t h, const uint8_t *p, size_t n)
     return h;
 }
 
+/* Rewrites the header checksum alone: the body checksum can be checked
+ * only by reading the body that the header claims */
+void reseal_header(std::vector<uint8_t> &buf)
+{
+    uint32_t h = fnv(2166136261u, buf.data(), SPAN_RKEY_HDR_SUM_OFFSET);
+    memcpy(&buf[SPAN_RKEY_HDR_SUM_OFFSET], &h, 4);
+}
+
 void reseal(std::vector<uint8_t> &buf, size_t body_size)
 {
-    uint32_t h = fnv(2166136261u, buf.data(), 38);
-    memcpy(&buf[38], &h, 4);
+    uint32_t h = fnv(2166136261u, buf.data(), SPAN_RKEY_HDR_SUM_OFFSET);
+    memcpy(&buf[SPAN_RKEY_HDR_SUM_OFFSET], &h, 4);
     h = fnv(h, buf.data() + SPAN_RKEY_HDR_SIZE, body_size);
-    memcpy(&buf[42], &h, 4);
+    memcpy(&buf[SPAN_RKEY_SUM_OFFSET], &h, 4);
 }
 
 } // namespace
@@ -299,7 +312,8 @@ TEST(span_rkey, units_from_the_base_round_trip)
         keys[i] = uint8_t(i / 24 * 7 + (i % 3));
     }
     size_t size;
-    ASSERT_EQ(UCS_OK, span_rkey_pack(buf.data(), &desc, keys.data(), &size));
+    ASSERT_EQ(UCS_OK, span_rkey_pack(buf.data(), SPAN_RKEY_MAX_SIZE, &desc,
+                                     keys.data(), &size));
     ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), size, &out));
     EXPECT_EQ(base, out.geom.unit_origin);
     for (uint32_t i = 0; i < 4; ++i) {
@@ -318,7 +332,8 @@ TEST(span_rkey, units_from_the_base_round_trip)
                                            base, 20 * MiB, 0, 0));
     log_counter logs;
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_rkey_pack(buf.data(), &desc, keys.data(), &size));
+              span_rkey_pack(buf.data(), SPAN_RKEY_MAX_SIZE, &desc,
+                             keys.data(), &size));
     EXPECT_EQ(1u, logs.count("cannot be packed"));
 }
 
@@ -335,7 +350,8 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
                                            20 << 20, 0, 0));
     std::vector<uint8_t> buf(SPAN_RKEY_MAX_SIZE);
     size_t size;
-    ASSERT_EQ(UCS_OK, span_rkey_pack(buf.data(), &desc, nullptr, &size));
+    ASSERT_EQ(UCS_OK, span_rkey_pack(buf.data(), SPAN_RKEY_MAX_SIZE, &desc,
+                                     nullptr, &size));
     EXPECT_EQ(size_t(SPAN_RKEY_HDR_SIZE + 44), size);
     ASSERT_EQ(UCS_OK, span_rkey_parse(buf.data(), size, &out));
     EXPECT_TRUE(out.spilled);
@@ -380,14 +396,14 @@ struct exact_buffer {
 
 /* A twin MD noted for the test's lifetime */
 struct noted_twin {
-    noted_twin(const char *component, size_t key_size, size_t packed_size) :
-        id(span_rkey_component_id(component)), packed(packed_size)
+    noted_twin(const char *component, size_t key_size) :
+        id(span_rkey_component_id(component)), key(key_size)
     {
-        EXPECT_EQ(UCS_OK, span_rkey_size_add(id, key_size, packed_size));
+        EXPECT_EQ(UCS_OK, span_rkey_size_add(id, key_size));
     }
-    ~noted_twin() { span_rkey_size_remove(id, packed); }
+    ~noted_twin() { span_rkey_size_remove(id, key); }
     uint32_t id;
-    size_t   packed;
+    size_t   key;
 };
 
 } // namespace
@@ -395,8 +411,8 @@ struct noted_twin {
 TEST(span_rkey_peer, keys_of_the_exact_packed_size_parse)
 {
     /* one_key: 40-byte inner keys, a twin that never cuts them */
-    noted_twin twin("cma", 40, SPAN_RKEY_HDR_SIZE + 40);
-    auto key = make_key(one_key);
+    noted_twin twin("cma", 40);
+    auto key = make_key(one_key, SPAN_RKEY_HDR_SIZE + 40);
     ASSERT_EQ(SPAN_RKEY_HDR_SIZE + 40u, key.size());
     exact_buffer buf(key, key.size());
     span_rkey_desc_t desc;
@@ -406,8 +422,8 @@ TEST(span_rkey_peer, keys_of_the_exact_packed_size_parse)
 
 TEST(span_rkey_peer, a_header_claiming_more_than_was_packed_is_refused)
 {
-    noted_twin twin("cma", 40, SPAN_RKEY_HDR_SIZE + 40);
-    auto key = make_key(one_key);
+    noted_twin twin("cma", 40);
+    auto key = make_key(one_key, SPAN_RKEY_HDR_SIZE + 40);
     log_counter logs;
     /* larger keys, or several of them, with valid header checksums: the
      * body checksum cannot be checked without reading past the buffer */
@@ -420,8 +436,7 @@ TEST(span_rkey_peer, a_header_claiming_more_than_was_packed_is_refused)
             bad[24] = 0; bad[25] = 1;                  /* 1 MiB chunks */
             bad[37] = 40;
         }
-        uint32_t h = fnv(2166136261u, bad.data(), 38);
-        memcpy(&bad[38], &h, 4);
+        reseal_header(bad);
         exact_buffer buf(bad, key.size());
         span_rkey_desc_t desc;
         EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(buf.p, &desc))
@@ -430,14 +445,98 @@ TEST(span_rkey_peer, a_header_claiming_more_than_was_packed_is_refused)
     EXPECT_EQ(3u, logs.count("overrun")) << "refused for another reason";
 }
 
+/* The bytes of a key at the very end of a readable page, the next one
+ * inaccessible: a read past them faults without a sanitizer */
+struct guarded_buffer {
+    guarded_buffer(const std::vector<uint8_t> &bytes, size_t size)
+    {
+        page = sysconf(_SC_PAGESIZE);
+        map  = static_cast<uint8_t*>(mmap(NULL, 2 * page,
+                                          PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                                          0));
+        EXPECT_NE(MAP_FAILED, (void*)map);
+        EXPECT_EQ(0, mprotect(map + page, page, PROT_NONE));
+        p = map + page - size;
+        memcpy(p, bytes.data(), std::min(size, bytes.size()));
+    }
+    ~guarded_buffer() { munmap(map, 2 * page); }
+    size_t  page;
+    uint8_t *map;
+    uint8_t *p;
+};
+
+/*
+ * The exporter's configuration packs smaller keys than this process's
+ * twins (issue 29, item 4: UCX_SPAN_SPILL=y here, not there, so that twins
+ * here pack SPAN_RKEY_MAX_SIZE bytes): a header that claims a longer body
+ * than the exporter packed, with a valid header checksum, is refused
+ * without a byte past the exporter's key being read, in a heap buffer of
+ * exactly its size (ASan, valgrind) and before an inaccessible page. So is
+ * a key of the previous format version, of its own size.
+ */
+TEST(span_rkey_peer, a_key_smaller_than_the_local_twins_pack_is_read_to_its_end)
+{
+    noted_twin twin("cma", 40);
+    const size_t packed = SPAN_RKEY_HDR_SIZE + 40; /* a twin that never cuts */
+    auto key            = make_key(one_key, packed);
+    ASSERT_EQ(packed, key.size());
+    span_rkey_desc_t desc;
+    {
+        exact_buffer heap(key, packed);
+        guarded_buffer guarded(key, packed);
+        ASSERT_EQ(UCS_OK, span_rkey_parse_peer(heap.p, &desc));
+        ASSERT_EQ(UCS_OK, span_rkey_parse_peer(guarded.p, &desc));
+    }
+
+    log_counter logs;
+    unsigned cases = 0;
+    for (auto field : {std::make_pair(36, 41), std::make_pair(36, 208),
+                       std::make_pair(2, 3), std::make_pair(2, 5)}) {
+        auto bad         = key;
+        bad[field.first] = uint8_t(field.second);
+        if (field.first == 2) { /* n chunks of 1 MiB: a geometry of n */
+            bad[16] = 0; bad[17] = 0; bad[18] = uint8_t(field.second << 4);
+            bad[24] = 0; bad[25] = 1;
+            bad[37] = 40;
+        }
+        reseal_header(bad);
+        exact_buffer heap(bad, packed);
+        guarded_buffer guarded(bad, packed);
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(heap.p, &desc))
+                << "byte " << field.first << " = " << field.second;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  span_rkey_parse_peer(guarded.p, &desc))
+                << "byte " << field.first << " = " << field.second;
+        cases += 2;
+    }
+    EXPECT_EQ(cases, logs.count("overrun")) << "refused for another reason";
+
+    /* a size that holds no header */
+    auto bad = key;
+    bad[SPAN_RKEY_HDR_SUM_OFFSET - 1] = SPAN_RKEY_HDR_SIZE - 1; /* size */
+    reseal_header(bad);
+    guarded_buffer small(bad, packed);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(small.p, &desc));
+    EXPECT_EQ(1u, logs.count("fewer than its"));
+
+    /* version 4: 46 bytes of header, the key's only bytes where it never
+     * cut: only its version is read */
+    std::vector<uint8_t> v4(46, 0);
+    v4[0] = 4;
+    guarded_buffer old(v4, v4.size());
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_rkey_parse_peer(old.p, &desc));
+    EXPECT_EQ(1u, logs.count("format version 4"));
+}
+
 TEST(span_rkey_peer, a_key_of_a_component_without_a_twin_is_unreachable)
 {
-    auto key = make_key(one_key);
+    auto key = make_key(one_key, SPAN_RKEY_HDR_SIZE + 40);
     exact_buffer buf(key, key.size());
     span_rkey_desc_t desc;
     EXPECT_EQ(UCS_ERR_UNREACHABLE, span_rkey_parse_peer(buf.p, &desc));
     {
-        noted_twin twin("cma", 40, SPAN_RKEY_HDR_SIZE + 40);
+        noted_twin twin("cma", 40);
         EXPECT_EQ(UCS_OK, span_rkey_parse_peer(buf.p, &desc));
     }
     EXPECT_EQ(UCS_ERR_UNREACHABLE, span_rkey_parse_peer(buf.p, &desc));
@@ -446,7 +545,7 @@ TEST(span_rkey_peer, a_key_of_a_component_without_a_twin_is_unreachable)
 TEST(span_rkey_peer, inner_keys_of_another_size_are_refused)
 {
     /* a twin that chunks: 255-byte keys, 8-byte inner keys */
-    noted_twin twin("cma", 8, SPAN_RKEY_MAX_SIZE);
+    noted_twin twin("cma", 8);
     auto key = make_key(many_keys);
     exact_buffer good(key, SPAN_RKEY_MAX_SIZE);
     span_rkey_desc_t desc;
@@ -543,8 +642,8 @@ struct vmm_rkey {
     {
         size_t size;
         buf.assign(SPAN_RKEY_MAX_SIZE, 0xee);
-        ucs_status_t status = span_rkey_pack(buf.data(), &desc, keys.data(),
-                                             &size);
+        ucs_status_t status = span_rkey_pack(buf.data(), SPAN_RKEY_MAX_SIZE,
+                                             &desc, keys.data(), &size);
         if (status == UCS_OK) {
             buf.resize(size);
         }

@@ -8,6 +8,7 @@
 #include <ucs/async/async_fwd.h>
 
 #include "test_deadline.h"
+#include "test_fork.h"
 extern "C" {
 #include "key/span_rkey.h"
 }
@@ -1821,6 +1822,76 @@ TEST_F(span_registry, thread_storm)
     EXPECT_EQ(live, strict_counter("strict_md_live_registrations"));
 }
 
+/*
+ * A child forked while other threads register and unmap uses UCX (issue
+ * 29, item 3): its first unmap takes the registry's lock, which fork must
+ * not have copied held. Each child unmaps, registers, packs and exits; one
+ * that does not exit in a bound is killed and fails the test.
+ */
+TEST_F(span_registry, a_child_forked_while_threads_unmap_uses_ucx)
+{
+    const size_t slot = 4096, slots = length / slot;
+    const int forks = 600;
+    deadline guard(240, "fork while threads unmap");
+    std::atomic<bool> stop{false};
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+
+    for (int t = 0; t < 2; ++t) {
+        threads.emplace_back([&, t]() {
+            uint8_t *p = (uint8_t*)buf + t * (length / 2);
+            for (size_t i = 0; !stop; i = (i + 1) % (slots / 2)) {
+                uct_mem_h h;
+                if (uct_md_mem_reg(md, p + i * slot, slot,
+                                   UCT_MD_MEM_ACCESS_ALL, &h) != UCS_OK) {
+                    ++failures;
+                    continue;
+                }
+                if (remap(p + i * slot, slot) != p + i * slot) {
+                    ++failures;
+                }
+                if (uct_md_mem_dereg(md, h) != UCS_OK) {
+                    ++failures;
+                }
+            }
+        });
+    }
+
+    int hung = 0, failed = 0;
+    for (int i = 0; (i < forks) && (hung == 0); ++i) {
+        pid_t pid = test_fork([&]() {
+            void *own = mmap(NULL, 2 * slot, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            TEST_CHILD_CHECK(own != MAP_FAILED);
+            TEST_CHILD_CHECK(remap(own, slot) == own);
+            uct_mem_h h;
+            TEST_CHILD_CHECK(uct_md_mem_reg(md, own, 2 * slot,
+                                            UCT_MD_MEM_ACCESS_ALL, &h) ==
+                             UCS_OK);
+            std::vector<uint8_t> key(rkey_size);
+            TEST_CHILD_CHECK(uct_md_mkey_pack(md, h, key.data()) == UCS_OK);
+            TEST_CHILD_CHECK(uct_md_mem_dereg(md, h) == UCS_OK);
+            TEST_CHILD_CHECK(munmap(own, 2 * slot) == 0);
+            return 0;
+        });
+        ASSERT_GT(pid, 0);
+        int status = test_fork_wait(pid, 10);
+        hung      += (status == -1);
+        failed    += (status != 0) && (status != -1);
+        if (status != 0) {
+            fprintf(stderr, "fork %d of %d: child status %d\n", i + 1, forks,
+                    status);
+        }
+    }
+    stop = true;
+    for (auto &th : threads) {
+        th.join();
+    }
+    EXPECT_EQ(0, hung) << "a child hung (killed after 10 s)";
+    EXPECT_EQ(0, failed);
+    EXPECT_EQ(0, failures.load());
+}
+
 namespace {
 
 std::vector<std::string> info_lines;
@@ -2006,8 +2077,8 @@ TEST_F(span_rkey_buffer, a_header_claiming_more_than_was_packed_is_refused)
      * of the body, which would be read past the buffer, decides nothing */
     for (unsigned K : {1u, 16u, 100u, 200u}) {
         key[36] = uint8_t(K);
-        uint32_t sum = fnv(2166136261u, key, 38);
-        memcpy(key + 38, &sum, sizeof(sum));
+        uint32_t sum = fnv(2166136261u, key, SPAN_RKEY_HDR_SUM_OFFSET);
+        memcpy(key + SPAN_RKEY_HDR_SUM_OFFSET, &sum, sizeof(sum));
         log_counter logs;
         EXPECT_NE(UCS_OK, uct_rkey_unpack(component, key, &b)) << K;
     }

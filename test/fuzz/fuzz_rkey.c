@@ -6,8 +6,13 @@
  *
  * Each input is parsed as it is, then as a key from a peer
  * (span_rkey_parse_peer), which UCT hands over without its length: in a
- * buffer of exactly the rkey_packed_size of the twin MD it names, one that
- * never cuts keys or one that does (the input's first byte chooses).
+ * buffer of exactly the rkey_packed_size of the exporter's twin MD, in
+ * every configuration an exporter of that component may have (the input's
+ * first byte chooses): one that never cuts or spills keys packs the header
+ * and one inner key, one that does (UCX_SPAN_SPILL=y, a chunk or unit
+ * size) SPAN_RKEY_MAX_SIZE bytes. The importer's own configuration does not
+ * bound the parse (the key carries its size, span_rkey.c), only its twins'
+ * inner key sizes do: every exporter configuration meets both twins here.
  */
 #include "key/span_rkey.h"
 
@@ -25,15 +30,20 @@ static ucs_log_func_rc_t span_fuzz_quiet(const char *file, unsigned line,
     return UCS_LOG_FUNC_RC_STOP; /* refusals log; millions would drown it */
 }
 
-/* The twin MDs a peer's key may come from: inner key size, packed size */
+/* The inner components of the twin MDs open here, and of a peer's keys */
 static const struct {
     const char *component;
     size_t     key_size;
-    size_t     packed_size;
 } span_fuzz_twins[] = {
-    {"fuzz_whole", 24, SPAN_RKEY_HDR_SIZE + 24}, /* never cuts */
-    {"fuzz_cut", 8, SPAN_RKEY_MAX_SIZE}          /* cuts, spills */
+    {"fuzz_whole", 24},
+    {"fuzz_cut", 8}
 };
+
+/* Bits of an input's first byte (span_fuzz_peer) */
+#define SPAN_FUZZ_TWIN      1 /* which component */
+#define SPAN_FUZZ_OWN_ID    2 /* keep the input's own component id */
+#define SPAN_FUZZ_KEEP_SUMS 4 /* leave the checksums as they are */
+#define SPAN_FUZZ_CUTS      8 /* the exporter cuts or spills keys */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -43,8 +53,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     for (i = 0; i < 2; ++i) {
         if (span_rkey_size_add(span_rkey_component_id(
                                        span_fuzz_twins[i].component),
-                               span_fuzz_twins[i].key_size,
-                               span_fuzz_twins[i].packed_size) != UCS_OK) {
+                               span_fuzz_twins[i].key_size) != UCS_OK) {
             abort();
         }
     }
@@ -141,20 +150,22 @@ static void span_fuzz_reseal(uint8_t *buf, size_t size)
     }
 
     buf[0] = SPAN_RKEY_VERSION;
-    h      = span_fuzz_fnv(2166136261u, buf, 38);
-    memcpy(buf + 38, &h, 4);
+    h      = span_fuzz_fnv(2166136261u, buf, SPAN_RKEY_HDR_SUM_OFFSET);
+    memcpy(buf + SPAN_RKEY_HDR_SUM_OFFSET, &h, 4);
     body = (body > size - SPAN_RKEY_HDR_SIZE) ? size - SPAN_RKEY_HDR_SIZE : body;
     h    = span_fuzz_fnv(h, buf + SPAN_RKEY_HDR_SIZE, body);
-    memcpy(buf + 42, &h, 4);
+    memcpy(buf + SPAN_RKEY_SUM_OFFSET, &h, 4);
 }
 
 /* The input after its first byte as a peer's key, in a buffer of exactly
- * the packed size of the twin it names; bit 0 of the first byte chooses
- * the twin, bit 1 keeps the input's own component id (most likely unknown),
- * bit 2 leaves the checksums as they are */
+ * what an exporter of the component it names packed (SPAN_FUZZ_* bits of
+ * the first byte). The key's size field says that size: UCP hands over
+ * what the exporter packed, and the exporter says how much that is (one
+ * that claims more than it sent is a forger, whom no parse without the
+ * length can stop, span_rkey.c). */
 static void span_fuzz_peer(const uint8_t *data, size_t size)
 {
-    unsigned twin = data[0] & 1;
+    unsigned twin = data[0] & SPAN_FUZZ_TWIN;
     uint32_t id, own_id;
     size_t packed_size;
     uint8_t *buf;
@@ -163,7 +174,7 @@ static void span_fuzz_peer(const uint8_t *data, size_t size)
 
     /* an input that keeps its own component id and names a twin gets that
      * twin's packed size: UCP hands over what the exporter packed */
-    if ((data[0] & 2) && (size >= 9)) {
+    if ((data[0] & SPAN_FUZZ_OWN_ID) && (size >= 9)) {
         memcpy(&own_id, data + 5, sizeof(own_id));
         for (i = 0; i < 2; ++i) {
             if (own_id == span_rkey_component_id(
@@ -172,16 +183,18 @@ static void span_fuzz_peer(const uint8_t *data, size_t size)
             }
         }
     }
-    packed_size = span_fuzz_twins[twin].packed_size;
+    packed_size = (data[0] & SPAN_FUZZ_CUTS) ? SPAN_RKEY_MAX_SIZE :
+                  SPAN_RKEY_HDR_SIZE + span_fuzz_twins[twin].key_size;
     buf         = malloc(packed_size);
     id          = span_rkey_component_id(span_fuzz_twins[twin].component);
 
     memset(buf, 0, packed_size);
     memcpy(buf, data + 1, (size - 1 < packed_size) ? size - 1 : packed_size);
-    if (!(data[0] & 2)) {
+    if (!(data[0] & SPAN_FUZZ_OWN_ID)) {
         memcpy(buf + 4, &id, sizeof(id));
     }
-    if (!(data[0] & 4)) {
+    buf[SPAN_RKEY_HDR_SUM_OFFSET - 1] = packed_size; /* the size field */
+    if (!(data[0] & SPAN_FUZZ_KEEP_SUMS)) {
         span_fuzz_reseal(buf, packed_size);
     }
     if (span_rkey_parse_peer(buf, &desc) == UCS_OK) {

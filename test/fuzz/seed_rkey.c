@@ -2,14 +2,16 @@
  * Seeds for the rkey fuzzer: keys packed by span_rkey_pack with every
  * field at or next to its extremes (extent at the top of the address space
  * and at 0, the largest chunk, overlap and unit sizes the format carries,
- * 1 and 65535 chunks, keys of 0 and 209 bytes, VMM units whose descriptors
+ * 1 and 65535 chunks, keys of 0 and 208 bytes, VMM units whose descriptors
  * and serials sit at the ends of their ranges, spill references of all-ones
  * fields). Mutations start from valid keys at the edges, where arithmetic
  * wraps, instead of having to find them.
  *
- * Each key is written twice into DIR: as it is (parsed whole), and behind
- * a first byte that makes the fuzzer read it as a peer's key of the twin
- * whose packed size fits it (fuzz_rkey.c).
+ * Each key is written into DIR as it is (parsed whole), and behind a first
+ * byte that makes the fuzzer read it as a peer's key of its component in
+ * a buffer of what its exporter packed (fuzz_rkey.c): in each of the two
+ * sizes an exporter packs (the header and one inner key where it never
+ * cuts or spills, SPAN_RKEY_MAX_SIZE otherwise) that holds it.
  *   seed_rkey DIR
  */
 #include "key/span_rkey.h"
@@ -20,6 +22,10 @@
 #include <string.h>
 
 #define SEED_PAGE 4096ull
+/* the first byte of a peer's key in fuzz_rkey.c: its component, and an
+ * exporter that cuts or spills keys */
+#define SEED_TWIN_CUT 1
+#define SEED_CUTS     8
 
 static const char *seed_dir;
 static unsigned seed_count;
@@ -57,19 +63,24 @@ static void seed_key(uint64_t base, uint64_t length, uint64_t unit,
                      uint64_t chunk, uint64_t overlap,
                      span_rkey_desc_t *desc, const void *keys)
 {
+    int twin = (desc->component_id == span_rkey_component_id("fuzz_cut")) ?
+               SEED_TWIN_CUT : 0;
     uint8_t buf[SPAN_RKEY_MAX_SIZE];
     size_t size;
 
-    if ((span_chunk_plan(&desc->geom, base, length, unit, chunk, overlap) !=
-         UCS_OK) ||
-        (span_rkey_pack(buf, desc, keys, &size) != UCS_OK)) {
+    if (span_chunk_plan(&desc->geom, base, length, unit, chunk, overlap) !=
+        UCS_OK) {
         return;
     }
-    seed_write(buf, size, -1);
-    /* twin 0 packs 46 + 24 bytes and never cuts; twin 1 packs 255 */
-    seed_write(buf, size,
-               ((size == SPAN_RKEY_HDR_SIZE + 24) && (desc->key_size == 24) &&
-                !desc->spilled) ? 0 : 1);
+    if (span_rkey_pack(buf, SPAN_RKEY_MAX_SIZE, desc, keys, &size) ==
+        UCS_OK) {
+        seed_write(buf, size, -1);
+        seed_write(buf, size, twin | SEED_CUTS);
+    }
+    if (span_rkey_pack(buf, SPAN_RKEY_HDR_SIZE + desc->key_size, desc, keys,
+                       &size) == UCS_OK) {
+        seed_write(buf, size, twin);
+    }
 }
 
 static void seed_geometries(span_rkey_desc_t *desc, const void *keys)

@@ -26,7 +26,8 @@ ucs_status_t span_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
                              const char *what);
 
 /* pidfd_open(pid) and pidfd_getfd(pidfd, fd): a descriptor, or -1 with
- * errno set */
+ * errno set. The kernel makes both close-on-exec (neither takes a flag for
+ * it), as span makes every descriptor it holds. */
 int span_peer_pidfd_open(uint32_t pid);
 int span_peer_pidfd_getfd(int pidfd, uint32_t fd);
 

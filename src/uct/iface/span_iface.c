@@ -15,7 +15,9 @@
 #include "resolvers/span_cuda_copy.h"
 #include "resolvers/span_rocm_copy.h"
 #include "resolvers/span_nvml.h"
+#include "base/span_fork.h"
 
+#include <ucs/sys/compiler_def.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +67,13 @@ typedef struct span_iface_slot {
 static span_iface_slot_t *span_iface_table;
 static unsigned          span_iface_count;
 static pthread_mutex_t   span_iface_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const span_fork_handlers_t span_iface_fork = {.lock = &span_iface_lock};
+
+static void UCS_F_CTOR span_iface_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_IFACE, &span_iface_fork);
+}
 
 /*
  * The inner ops of the ops that make one access (short, bcopy gets,

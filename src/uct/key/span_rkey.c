@@ -1,7 +1,10 @@
 /*
- * Span rkey, wire format version 4 (3 carried span's VMM unit keys in the
- * room of inner keys, so that two never fitted; 2 had no pid_ns in the
- * spill body). All integers are little-endian.
+ * Span rkey, wire format version 5 (4 did not carry its packed size, so an
+ * importer bounded a peer's key by what its own twins pack, past the end
+ * of a key that a peer configured otherwise packed; 3 carried span's VMM
+ * unit keys in the room of inner keys, so that two never fitted; 2 had no
+ * pid_ns in the spill body). Keys of another version are refused from
+ * their first byte, the only one read. All integers are little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
@@ -22,20 +25,23 @@
  *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
  *   32      4     unit_pages     hard boundaries at multiples of this many
  *                                pages (absolute addresses); 0: none
- *   36      1     key_size       K, bytes of one inner key (<= 209); with
+ *   36      1     key_size       K, bytes of one inner key (<= 208); with
  *                                SPAN_VMM, SPAN_VMM_KEY_SIZE
  *   37      1     num_varying    v, key bytes that differ between keys;
  *                                with SPAN_VMM and not SPILL, the body's
  *                                length in bytes
- *   38      4     hdr_checksum   FNV-1a 32 of bytes [0, 38)
- *   42      4     checksum       FNV-1a 32 of bytes [0, 38) then the body
- *   46            inline body (SPILL clear), absent when K = 0:
+ *   38      1     rkey_size      the exporting twin MD's rkey_packed_size,
+ *                                >= 47: the bytes UCP sends, and so all an
+ *                                importer may read; the body lies in them
+ *   39      4     hdr_checksum   FNV-1a 32 of bytes [0, 39)
+ *   43      4     checksum       FNV-1a 32 of bytes [0, 39) then the body
+ *   47            inline body (SPILL clear), absent when K = 0:
  *                 key 0          K bytes, whole
  *                 mask           ceil(K/8) bytes, only when n > 1: bit b set
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
- *   46            VMM body (SPAN_VMM set, SPILL clear), the units' keys
+ *   47            VMM body (SPAN_VMM set, SPILL clear), the units' keys
  *                 (span_cuda_vmm.h) less what the importer knows:
  *                 +0  4  pid       the exporter
  *                 +4  4  table_fd  its export table's descriptor
@@ -49,7 +55,7 @@
  *                        from the geometry. A descriptor lies in
  *                        [0, 2^31), a serial in [1, 2^63): a key whose
  *                        differences leave either range is refused.
- *   46            spill body (SPILL set, same-node transports only), 44
+ *   47            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
  *                 +0  4  pid       exporting process
@@ -66,44 +72,48 @@
  *                                  pid means nothing in another, nor on
  *                                  another host (span_peer_pid_ns; the
  *                                  VMM body's pid_ns is the same)
- *   ...     ...   unused up to the twin MD's rkey_packed_size
+ *   ...     ...   unused (zero) up to rkey_size
  *
  * The geometry (chunk_pages, overlap_pages, unit_pages) is planned again by
  * the importer (span_chunk.h) and must give n chunks. Inner keys of
  * neighbour registrations share most of their bytes (an ib key differs in
  * two or three): with K = 8, v = 4 and 2 GiB chunks overlapping by 4 MiB,
- * 51 keys fit, 101.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 26, 51.9 GiB.
+ * 50 keys fit, 99.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 25, 49.9 GiB.
  * Keys too large for that (cuda_ipc's are 192 bytes: even two never fit)
  * spill on transports that only reach their own node; so do VMM units
- * whose varints outgrow the 209 bytes (whole keys of
+ * whose varints outgrow the 208 bytes (whole keys of
  * SPAN_VMM_KEY_SIZE bytes in the slot).
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
  * key instead of an access to the wrong bytes; they do not stop a peer that
  * forges one. UCP does not pass the key's length to rkey_unpack: it hands
  * over the rkey_packed_size bytes the exporter's twin MD reported, fixed
- * for that MD (the header alone, 46 bytes, when it never cuts or spills;
- * otherwise SPAN_RKEY_MAX_SIZE). An importer reads a peer's key only up to
- * the size a twin MD of its inner component reports here, and refuses
- * inner keys of another size than that component's: a header that claims
- * a longer body than its exporter can have packed is refused before any
- * byte past it is read. A parser never reads past buffer_size, nor past
- * SPAN_RKEY_MAX_SIZE. Pack zeroes the bytes of rkey_packed_size it does not
+ * for that MD (the header and one inner key when it never cuts or spills;
+ * otherwise SPAN_RKEY_MAX_SIZE), and twins of one component pack different
+ * sizes in differently configured processes (UCX_SPAN_SPILL, chunk
+ * sizes). So the key says its size (rkey_size), under the header
+ * checksum, and an importer reads a peer's key only up to it: a header
+ * that claims a longer body than its exporter packed is refused before any
+ * byte past it is read. Inner keys of another size than an open twin's of
+ * that component are refused. A parser never reads past buffer_size, nor
+ * past rkey_size. Pack's callers zero the bytes of rkey_size it does not
  * use.
  */
 #include "span_rkey.h"
+#include "base/span_fork.h"
 #include "base/span_hash.h"
 #include "resolvers/span_cuda_vmm.h"
 
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/compiler_def.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
 
-#define SPAN_RKEY_HDR_SUM_OFFSET 38
-#define SPAN_RKEY_SUM_OFFSET     42
+#define SPAN_RKEY_SIZE_OFFSET    38
 #define SPAN_RKEY_SPILL_SIZE     44
-/* Packed sizes of the open twin MDs: a few per inner component */
+/* Kinds of open twin MDs: a few per inner component */
 #define SPAN_RKEY_SIZES          64
 
 #define SPAN_RKEY_FLAG_UNITS_FROM_BASE UCS_BIT(0)
@@ -114,12 +124,20 @@
 typedef struct span_rkey_size {
     uint32_t component_id;
     size_t   key_size;
-    size_t   packed_size;
-    unsigned count;       /* twin MDs open with these sizes; 0: free */
+    unsigned count;       /* twin MDs open with this key size; 0: free */
 } span_rkey_size_t;
 
 static span_rkey_size_t span_rkey_sizes[SPAN_RKEY_SIZES];
 static pthread_mutex_t  span_rkey_sizes_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const span_fork_handlers_t span_rkey_sizes_fork = {
+    .lock = &span_rkey_sizes_lock
+};
+
+static void UCS_F_CTOR span_rkey_sizes_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_RKEY_SIZES, &span_rkey_sizes_fork);
+}
 
 static void span_rkey_put(uint8_t *p, uint64_t value, unsigned size)
 {
@@ -396,8 +414,9 @@ static int span_rkey_geom_flags(const span_chunk_geom_t *geom,
                                                -1;
 }
 
-ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
-                            const void *keys, size_t *packed_size_p)
+ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
+                            const span_rkey_desc_t *desc, const void *keys,
+                            size_t *packed_size_p)
 {
     const span_chunk_geom_t *geom = &desc->geom;
     uint8_t *p                    = buffer;
@@ -406,6 +425,13 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
     unsigned num_varying = 0;
     uint32_t pages[3];
     int flags;
+
+    if ((rkey_size < SPAN_RKEY_HDR_SIZE) ||
+        (rkey_size > SPAN_RKEY_MAX_SIZE)) {
+        ucs_error("span rkey: a key of %zu bytes cannot be packed (%d to %d)",
+                  rkey_size, SPAN_RKEY_HDR_SIZE, SPAN_RKEY_MAX_SIZE);
+        return UCS_ERR_INVALID_PARAM;
+    }
 
     flags = span_rkey_geom_flags(geom, pages);
     if ((flags < 0) || (K > SPAN_RKEY_MAX_KEY)) {
@@ -427,22 +453,21 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
         flags |= SPAN_RKEY_FLAG_SPILL;
     } else if (desc->span_vmm) {
         num_varying = span_rkey_pack_vmm(p + SPAN_RKEY_HDR_SIZE,
-                                         p + SPAN_RKEY_MAX_SIZE, keys,
+                                         p + rkey_size, keys,
                                          geom->num_chunks);
         if (num_varying == 0) {
-            ucs_debug("span rkey: %u VMM units do not fit in %d bytes",
-                      geom->num_chunks, SPAN_RKEY_MAX_SIZE);
+            ucs_debug("span rkey: %u VMM units do not fit in %zu bytes",
+                      geom->num_chunks, rkey_size);
             return UCS_ERR_EXCEEDS_LIMIT;
         }
     } else {
         num_varying = span_rkey_varying(keys, K, geom->num_chunks, mask);
     }
     body_size = span_rkey_body_size(flags, K, geom->num_chunks, num_varying);
-    if (SPAN_RKEY_HDR_SIZE + body_size > SPAN_RKEY_MAX_SIZE) {
+    if (SPAN_RKEY_HDR_SIZE + body_size > rkey_size) {
         ucs_debug("span rkey: %u inner keys of %zu bytes (%u varying) need "
-                  "%zu bytes inline, more than %d", geom->num_chunks, K,
-                  num_varying, SPAN_RKEY_HDR_SIZE + body_size,
-                  SPAN_RKEY_MAX_SIZE);
+                  "%zu bytes inline, more than %zu", geom->num_chunks, K,
+                  num_varying, SPAN_RKEY_HDR_SIZE + body_size, rkey_size);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
@@ -457,6 +482,7 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
     span_rkey_put(p + 32, pages[2], 4);
     span_rkey_put(p + 36, K, 1);
     span_rkey_put(p + 37, num_varying, 1);
+    span_rkey_put(p + SPAN_RKEY_SIZE_OFFSET, rkey_size, 1);
     span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
                   span_hash_fnv(p,
                                 SPAN_RKEY_HDR_SUM_OFFSET), 4);
@@ -534,7 +560,9 @@ static void span_rkey_parse_spill(const uint8_t *in, span_rkey_spill_t *spill)
     spill->pid_ns   = span_rkey_get(in + 36, 8);
 }
 
-/* Version, flags and header checksum of a key of at least the header */
+/* Version, flags, header checksum and size of a key of at least the
+ * header; the version first, so that nothing past the first byte of a key
+ * of another version is read */
 static ucs_status_t span_rkey_parse_header(const uint8_t *p)
 {
     unsigned version, flags;
@@ -560,6 +588,12 @@ static ucs_status_t span_rkey_parse_header(const uint8_t *p)
                                   SPAN_RKEY_HDR_SUM_OFFSET)) {
         ucs_error("span rkey %p: header checksum 0x%x does not match: the "
                   "key is corrupted", p, checksum);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (p[SPAN_RKEY_SIZE_OFFSET] < SPAN_RKEY_HDR_SIZE) {
+        ucs_error("span rkey %p: packed in %u bytes, fewer than its %d-byte "
+                  "header", p, p[SPAN_RKEY_SIZE_OFFSET], SPAN_RKEY_HDR_SIZE);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;
@@ -589,7 +623,9 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return status;
     }
 
-    flags  = p[1];
+    /* what its exporter packed is all there is to read */
+    buffer_size = ucs_min(buffer_size, p[SPAN_RKEY_SIZE_OFFSET]);
+    flags       = p[1];
     status = span_rkey_parse_geom(p, desc);
     if (status != UCS_OK) {
         return status;
@@ -619,8 +655,9 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         (desc->spilled && desc->num_varying) ||
         (body_size > buffer_size - SPAN_RKEY_HDR_SIZE)) {
         ucs_error("span rkey %p: %u keys of %zu bytes (%u varying) overrun "
-                  "the %zu-byte buffer", buffer, desc->geom.num_chunks,
-                  desc->key_size, desc->num_varying, buffer_size);
+                  "the %zu bytes of the key (its exporter packed %u)", buffer,
+                  desc->geom.num_chunks, desc->key_size, desc->num_varying,
+                  buffer_size, p[SPAN_RKEY_SIZE_OFFSET]);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -644,28 +681,27 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
 }
 
 static span_rkey_size_t *span_rkey_size_find(uint32_t component_id,
-                                             size_t packed_size)
+                                             size_t key_size)
 {
     unsigned i;
 
     for (i = 0; i < SPAN_RKEY_SIZES; ++i) {
         if ((span_rkey_sizes[i].count > 0) &&
             (span_rkey_sizes[i].component_id == component_id) &&
-            (span_rkey_sizes[i].packed_size == packed_size)) {
+            (span_rkey_sizes[i].key_size == key_size)) {
             return &span_rkey_sizes[i];
         }
     }
     return NULL;
 }
 
-ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size,
-                                size_t packed_size)
+ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size)
 {
     ucs_status_t status = UCS_OK;
     span_rkey_size_t *size;
 
     pthread_mutex_lock(&span_rkey_sizes_lock);
-    size = span_rkey_size_find(component_id, packed_size);
+    size = span_rkey_size_find(component_id, key_size);
     if (size == NULL) {
         for (size = span_rkey_sizes;
              (size < span_rkey_sizes + SPAN_RKEY_SIZES) && (size->count > 0);
@@ -679,7 +715,6 @@ ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size,
         }
         size->component_id = component_id;
         size->key_size     = key_size;
-        size->packed_size  = packed_size;
     }
     ++size->count;
 out:
@@ -687,68 +722,72 @@ out:
     return status;
 }
 
-void span_rkey_size_remove(uint32_t component_id, size_t packed_size)
+void span_rkey_size_remove(uint32_t component_id, size_t key_size)
 {
     span_rkey_size_t *size;
 
     pthread_mutex_lock(&span_rkey_sizes_lock);
-    size = span_rkey_size_find(component_id, packed_size);
+    size = span_rkey_size_find(component_id, key_size);
     if (size != NULL) {
         --size->count;
     }
     pthread_mutex_unlock(&span_rkey_sizes_lock);
 }
 
-/* The largest packed size of the open twin MDs of the component, 0 where
- * none is open, and the size of its inner keys */
-static size_t span_rkey_size_bound(uint32_t component_id, size_t *key_size_p)
+/* 1 where a twin MD of the component with inner keys of key_size bytes is
+ * open; 0 where only twins of other key sizes are (*other_p: one of
+ * those), -1 where none is */
+static int span_rkey_size_open(uint32_t component_id, size_t key_size,
+                               size_t *other_p)
 {
-    size_t bound = 0;
+    int found = -1;
     unsigned i;
 
     pthread_mutex_lock(&span_rkey_sizes_lock);
-    for (i = 0; i < SPAN_RKEY_SIZES; ++i) {
+    for (i = 0; (i < SPAN_RKEY_SIZES) && (found < 1); ++i) {
         if ((span_rkey_sizes[i].count > 0) &&
-            (span_rkey_sizes[i].component_id == component_id) &&
-            (span_rkey_sizes[i].packed_size > bound)) {
-            bound       = span_rkey_sizes[i].packed_size;
-            *key_size_p = span_rkey_sizes[i].key_size;
+            (span_rkey_sizes[i].component_id == component_id)) {
+            found    = (span_rkey_sizes[i].key_size == key_size);
+            *other_p = span_rkey_sizes[i].key_size;
         }
     }
     pthread_mutex_unlock(&span_rkey_sizes_lock);
-    return bound;
+    return found;
 }
 
 ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc)
 {
     const uint8_t *p = buffer;
-    size_t bound, key_size;
     uint32_t component_id;
     ucs_status_t status;
+    size_t other;
+    int open;
 
-    /* every twin MD packs at least the header */
+    /* every twin MD packs at least the header: it says how much more */
     status = span_rkey_parse_header(p);
     if (status != UCS_OK) {
         return status;
     }
 
-    component_id = span_rkey_get(p + 4, 4);
-    bound        = span_rkey_size_bound(component_id, &key_size);
-    if (bound == 0) {
-        ucs_debug("span rkey %p: no twin MD of inner component 0x%x is open "
-                  "here, so the size the peer packed is unknown", buffer,
-                  component_id);
-        return UCS_ERR_UNREACHABLE;
+    status = span_rkey_parse(buffer, p[SPAN_RKEY_SIZE_OFFSET], desc);
+    if (status != UCS_OK) {
+        return status;
     }
 
-    status = span_rkey_parse(buffer, bound, desc);
-    if ((status == UCS_OK) && !desc->span_vmm && (desc->key_size != key_size)) {
+    component_id = desc->component_id;
+    open         = span_rkey_size_open(component_id, desc->key_size, &other);
+    if (open < 0) {
+        ucs_debug("span rkey %p: no twin MD of inner component 0x%x is open "
+                  "here", buffer, component_id);
+        return UCS_ERR_UNREACHABLE;
+    }
+    if (!open && !desc->span_vmm) {
         ucs_error("span rkey %p: carries %zu-byte inner keys, component 0x%x "
                   "packs %zu-byte keys", buffer, desc->key_size, component_id,
-                  key_size);
+                  other);
         return UCS_ERR_INVALID_PARAM;
     }
-    return status;
+    return UCS_OK;
 }
 
 void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)

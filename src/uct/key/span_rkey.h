@@ -17,8 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPAN_RKEY_VERSION     4
-#define SPAN_RKEY_HDR_SIZE    46
+#define SPAN_RKEY_VERSION     5
+#define SPAN_RKEY_HDR_SIZE    47
+/* Where the header's checksums lie (span_rkey.c) */
+#define SPAN_RKEY_HDR_SUM_OFFSET 39
+#define SPAN_RKEY_SUM_OFFSET     43
 /* UCP stores each MD's packed rkey size in one byte */
 #define SPAN_RKEY_MAX_SIZE    255
 /* The largest inner key a span rkey holds (a registration of one chunk) */
@@ -58,29 +61,33 @@ typedef struct span_rkey_desc {
 uint32_t span_rkey_component_id(const char *component_name);
 
 /* Packs desc and the num_chunks inner keys of key_size bytes each (keys,
- * contiguous; unused when desc->spilled) into buffer (SPAN_RKEY_MAX_SIZE
- * bytes). UCS_ERR_EXCEEDS_LIMIT when they do not fit inline,
- * UCS_ERR_INVALID_PARAM for a geometry the format cannot carry (sizes not in
- * pages, units from an origin that is neither 0 nor the base). */
-ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
-                            const void *keys, size_t *packed_size_p);
+ * contiguous; unused when desc->spilled) into buffer, of rkey_size bytes
+ * (the twin MD's rkey_packed_size, which the key carries; at most
+ * SPAN_RKEY_MAX_SIZE); *packed_size_p: the bytes written.
+ * UCS_ERR_EXCEEDS_LIMIT when they do not fit inline, UCS_ERR_INVALID_PARAM
+ * for a geometry the format cannot carry (sizes not in pages, units from an
+ * origin that is neither 0 nor the base) or a size that holds no header. */
+ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
+                            const span_rkey_desc_t *desc, const void *keys,
+                            size_t *packed_size_p);
 
+/* Parses a key of buffer_size bytes, or fewer where its exporter packed
+ * fewer: bytes past either are never read */
 ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc);
 
 /* A twin MD of the inner component component_id, whose keys are key_size
- * bytes, packs rkeys of packed_size bytes (its fixed rkey_packed_size):
- * while it is open, keys of that component from peers are read up to the
- * largest such size. UCS_ERR_EXCEEDS_LIMIT when too many sizes are noted. */
-ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size,
-                                size_t packed_size);
+ * bytes, is open: keys of that component from peers are accepted while it
+ * is. UCS_ERR_EXCEEDS_LIMIT when too many kinds are noted. */
+ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size);
 
-void span_rkey_size_remove(uint32_t component_id, size_t packed_size);
+void span_rkey_size_remove(uint32_t component_id, size_t key_size);
 
-/* Parses a key from a peer, whose length UCT does not pass: it is bounded
- * by what a twin MD of its inner component packs (span_rkey_size_add), and
- * its inner keys must be of that component's size. UCS_ERR_UNREACHABLE
- * where no twin MD of the component is open. */
+/* Parses a key from a peer, whose length UCT does not pass: it is read up
+ * to the size its exporter packed, which the key carries, whatever the
+ * twins of this process pack; its inner keys must be of the size of an
+ * open twin MD of that component. UCS_ERR_UNREACHABLE where no twin MD of
+ * the component is open. */
 ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc);
 
 /* Inner key of chunk index of a parsed rkey whose inner keys are inline,

@@ -9,7 +9,7 @@
  * outlives a crash; a slot is released on deregistration.
  *
  * A child forked after spills shares the parent's memfd: it never writes
- * there. It closes its copy at fork (pthread_atfork, which also holds the
+ * there. It closes its copy at fork (base/span_fork.h, which also holds the
  * lock around fork), makes an arena of its own at its first spill, and
  * leaves the slots of the references it inherited to the parent.
  *
@@ -29,10 +29,12 @@
  * the keys, so a slot released meanwhile is refused, not half-read.
  */
 #include "span_spill.h"
+#include "base/span_fork.h"
 #include "base/span_hash.h"
 #include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
 #include <ucs/sys/math.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -78,18 +80,6 @@ static struct {
     size_t              num_free;
 } span_spill = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
 
-static pthread_once_t span_spill_once = PTHREAD_ONCE_INIT;
-
-static void span_spill_fork_prepare(void)
-{
-    pthread_mutex_lock(&span_spill.lock);
-}
-
-static void span_spill_fork_parent(void)
-{
-    pthread_mutex_unlock(&span_spill.lock);
-}
-
 /* Closes the child's copy of its parent's arena while the number still
  * names it; the free list is the parent's, dropped with the next arena */
 static void span_spill_fork_child(void)
@@ -99,19 +89,16 @@ static void span_spill_fork_child(void)
     }
     span_spill.fd  = -1;
     span_spill.pid = 0;
-    pthread_mutex_unlock(&span_spill.lock);
 }
 
-static void span_spill_init(void)
-{
-    int ret = pthread_atfork(span_spill_fork_prepare, span_spill_fork_parent,
-                             span_spill_fork_child);
+static const span_fork_handlers_t span_spill_fork = {
+    .lock  = &span_spill.lock,
+    .child = span_spill_fork_child
+};
 
-    if (ret != 0) {
-        ucs_warn("span spill: pthread_atfork failed (%s): a child forked "
-                 "after spills would spill into its parent's arena",
-                 strerror(ret));
-    }
+static void UCS_F_CTOR span_spill_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_SPILL, &span_spill_fork);
 }
 
 static uint64_t span_spill_random(void)
@@ -233,7 +220,6 @@ ucs_status_t span_spill_put(const void *keys, uint32_t n, size_t K,
     ucs_status_t status;
     uint64_t offset;
 
-    pthread_once(&span_spill_once, span_spill_init);
     pthread_mutex_lock(&span_spill.lock);
     status = span_spill_arena();
     if (status != UCS_OK) {

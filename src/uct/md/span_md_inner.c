@@ -2,8 +2,10 @@
  * The inner MD of a twin MD, as others register with it (span_md_inner.h).
  */
 #include "span_md_inner.h"
+#include "base/span_fork.h"
 
 #include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/compiler_def.h>
 #include <dlfcn.h>
@@ -34,7 +36,42 @@ struct span_md_inner {
     const uct_md_ops_t    *orig;
     pthread_mutex_t       lock; /* registrations come from any thread */
     khash_t(span_md_inner_regs) regs;
+    ucs_list_link_t       list; /* in span_md_inner_list */
 };
+
+/* Every inner MD wrapped, for fork to take their locks */
+static UCS_LIST_HEAD(span_md_inner_list);
+static pthread_mutex_t span_md_inner_list_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void span_md_inner_fork_prepare(void)
+{
+    span_md_inner_t *wrap;
+
+    ucs_list_for_each(wrap, &span_md_inner_list, list) {
+        pthread_mutex_lock(&wrap->lock);
+    }
+}
+
+static void span_md_inner_fork_release(void)
+{
+    span_md_inner_t *wrap;
+
+    ucs_list_for_each(wrap, &span_md_inner_list, list) {
+        pthread_mutex_unlock(&wrap->lock);
+    }
+}
+
+static const span_fork_handlers_t span_md_inner_fork = {
+    .lock    = &span_md_inner_list_lock,
+    .prepare = span_md_inner_fork_prepare,
+    .parent  = span_md_inner_fork_release,
+    .child   = span_md_inner_fork_release
+};
+
+static void UCS_F_CTOR span_md_inner_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_MD_INNER, &span_md_inner_fork);
+}
 
 static span_md_inner_t *span_md_inner_of(uct_md_h md)
 {
@@ -192,6 +229,9 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
         wrap->ops.mem_alloc = span_md_inner_mem_alloc;
         wrap->ops.mem_free  = span_md_inner_mem_free;
     }
+    pthread_mutex_lock(&span_md_inner_list_lock);
+    ucs_list_add_tail(&span_md_inner_list, &wrap->list);
+    pthread_mutex_unlock(&span_md_inner_list_lock);
     inner->ops = &wrap->ops;
     *orig_p    = wrap->orig;
     *wrap_p    = wrap;
@@ -200,6 +240,9 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
 
 void span_md_inner_free(span_md_inner_t *wrap)
 {
+    pthread_mutex_lock(&span_md_inner_list_lock);
+    ucs_list_del(&wrap->list);
+    pthread_mutex_unlock(&span_md_inner_list_lock);
     if (kh_size(&wrap->regs) > 0) {
         ucs_debug("span: inner md %p closed with %u registrations of others "
                   "still recorded", wrap, kh_size(&wrap->regs));

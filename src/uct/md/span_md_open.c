@@ -187,7 +187,7 @@ static void span_md_close(uct_md_h md)
     if (smd->share) {
         span_md_events_unsubscribe();
     }
-    span_rkey_size_remove(smd->inner_id, smd->rkey_packed_size);
+    span_rkey_size_remove(smd->inner_id, smd->inner_attr.rkey_packed_size);
     if (smd->cuda != NULL) {
         /* while the driver is still there: the process may be ending */
         span_vmm_cache_purge();
@@ -440,8 +440,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
     smd->rkey_packed_size = span_md_rkey_packed_size(smd);
     status = span_rkey_size_add(smd->inner_id,
-                                smd->inner_attr.rkey_packed_size,
-                                smd->rkey_packed_size);
+                                smd->inner_attr.rkey_packed_size);
     if (status != UCS_OK) {
         goto err_close;
     }

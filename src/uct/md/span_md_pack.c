@@ -19,7 +19,8 @@ static ucs_status_t span_md_pack(span_md_t *smd, span_memh_t *memh,
     ucs_status_t status;
 
     if ((smd->spill != UCS_YES) || (desc->key_size == 0)) {
-        status = span_rkey_pack(memh->rkey, desc, keys, rkey_size_p);
+        status = span_rkey_pack(memh->rkey, smd->rkey_packed_size, desc,
+                                keys, rkey_size_p);
         if ((status != UCS_ERR_EXCEEDS_LIMIT) || (smd->spill == UCS_NO)) {
             goto out;
         }
@@ -30,7 +31,8 @@ static ucs_status_t span_md_pack(span_md_t *smd, span_memh_t *memh,
         goto out;
     }
     desc->spilled = 1;
-    status        = span_rkey_pack(memh->rkey, desc, keys, rkey_size_p);
+    status        = span_rkey_pack(memh->rkey, smd->rkey_packed_size, desc,
+                                   keys, rkey_size_p);
     if (status != UCS_OK) {
         span_spill_remove(&desc->spill);
         goto out;
@@ -285,7 +287,7 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
             return status;
         }
     }
-    status = span_rkey_pack(buffer, &desc, key, &size);
+    status = span_rkey_pack(buffer, smd->rkey_packed_size, &desc, key, &size);
     if (status == UCS_OK) {
         memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0,
                smd->rkey_packed_size - size);
@@ -319,7 +321,8 @@ static int span_md_pack_window(span_md_t *smd, const span_memh_t *smem,
         (span_rkey_parse(smem->rkey, smem->rkey_size, &desc) != UCS_OK) ||
         (desc.key_size == 0) || desc.span_vmm ||
         (span_chunk_plan(&desc.geom, start, length, 0, 0, 0) != UCS_OK) ||
-        (span_rkey_pack(buffer, &desc, desc.key0, &size) != UCS_OK)) {
+        (span_rkey_pack(buffer, smd->rkey_packed_size, &desc, desc.key0,
+                        &size) != UCS_OK)) {
         return 0;
     }
     memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0, smd->rkey_packed_size - size);

@@ -51,8 +51,10 @@
  * or waits, so the wait is a few instructions long.
  */
 #include "span_registry.h"
+#include "base/span_fork.h"
 
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
 #include <ucs/sys/math.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -268,19 +270,24 @@ static void span_registry_slot_exit(void *arg)
 
 /* A child of fork has only the thread that forked: a slot that another
  * thread had marked busy then stays busy, and a release would wait for it
- * for ever. Where fork copied the lock held, the registry cannot be used
- * in the child anyway (nor its lists read safely). */
+ * for ever. fork holds the lock (base/span_fork.h): the lists are whole. */
 static void span_registry_fork_child(void)
 {
     span_registry_slot_t *slot;
 
-    if (pthread_mutex_trylock(&span_registry_lock) != 0) {
-        return;
-    }
     ucs_list_for_each(slot, &span_registry_slots, list) {
         __atomic_store_n(&slot->busy, 0, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock(&span_registry_lock);
+}
+
+static const span_fork_handlers_t span_registry_fork = {
+    .lock  = &span_registry_lock,
+    .child = span_registry_fork_child
+};
+
+static void UCS_F_CTOR span_registry_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_REGISTRY, &span_registry_fork);
 }
 
 static void span_registry_slot_key_create(void)
@@ -289,12 +296,6 @@ static void span_registry_slot_key_create(void)
                            span_registry_slot_exit) != 0) {
         ucs_warn("span: no thread key: requests inside registered device "
                  "units take the registry's lock");
-        return;
-    }
-    if (pthread_atfork(NULL, NULL, span_registry_fork_child) != 0) {
-        ucs_warn("span: no fork handler: requests inside registered device "
-                 "units take the registry's lock");
-        pthread_key_delete(span_registry_slot_key);
         return;
     }
     span_registry_slot_keyed = 1;

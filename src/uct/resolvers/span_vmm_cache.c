@@ -4,8 +4,8 @@
  * A mapping lives in the CUDA context of the process that made it, and
  * CUDA does not survive fork: a child is never served its parent's
  * mappings, nor unmaps them (a driver call there fails, and the mapping is
- * not the child's). fork() counts in the child (pthread_atfork, which also
- * holds the lock around fork), and an entry made before the last fork is
+ * not the child's). fork() counts in the child (base/span_fork.h, which
+ * also holds the lock around fork), and an entry made before the last fork is
  * dead and freed without an unmap: nothing is walked or freed in the fork
  * handler, and a lookup costs one comparison more.
  */
@@ -15,9 +15,11 @@
 
 #include "span_vmm_cache.h"
 #include "span_vmm_export.h"
+#include "base/span_fork.h"
 
 #include <ucs/datastruct/list.h>
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,38 +40,23 @@ typedef struct span_vmm_entry {
 static UCS_LIST_HEAD(span_vmm_cache);
 static unsigned        span_vmm_cache_idle; /* listed, refcount 0 */
 static pthread_mutex_t span_vmm_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t  span_vmm_cache_once = PTHREAD_ONCE_INIT;
 /* one more in a child than in its parent: written only by the child's fork
  * handler, before the child has any other thread */
 static unsigned        span_vmm_cache_forks;
 
-static void span_vmm_cache_fork_prepare(void)
-{
-    pthread_mutex_lock(&span_vmm_cache_lock);
-}
-
-static void span_vmm_cache_fork_parent(void)
-{
-    pthread_mutex_unlock(&span_vmm_cache_lock);
-}
-
 static void span_vmm_cache_fork_child(void)
 {
     ++span_vmm_cache_forks;
-    pthread_mutex_unlock(&span_vmm_cache_lock);
 }
 
-static void span_vmm_cache_init(void)
-{
-    int ret = pthread_atfork(span_vmm_cache_fork_prepare,
-                             span_vmm_cache_fork_parent,
-                             span_vmm_cache_fork_child);
+static const span_fork_handlers_t span_vmm_cache_fork = {
+    .lock  = &span_vmm_cache_lock,
+    .child = span_vmm_cache_fork_child
+};
 
-    if (ret != 0) {
-        ucs_warn("span cuda vmm: pthread_atfork failed (%s): a child forked "
-                 "after imports would be served its parent's mappings",
-                 strerror(ret));
-    }
+static void UCS_F_CTOR span_vmm_cache_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_VMM_CACHE, &span_vmm_cache_fork);
 }
 
 /* Whether the mapping is this process's */
@@ -206,7 +193,6 @@ ucs_status_t span_vmm_cache_get(const span_vmm_key_t *keys,
     span_vmm_entry_t *entry;
     ucs_status_t status;
 
-    pthread_once(&span_vmm_cache_once, span_vmm_cache_init);
     pthread_mutex_lock(&span_vmm_cache_lock);
     entry = span_vmm_cache_lookup((const uint8_t*)keys,
                                   geom->num_chunks * sizeof(*keys), geom,

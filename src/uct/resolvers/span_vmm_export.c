@@ -5,15 +5,17 @@
  * exports of its units): nothing under it allocates, frees or unmaps, so a
  * handler never waits on its own thread. Exports are found by buffer id
  * through fixed buckets, and events skip everything outside the span of
- * the units exported. fork() takes the lock around it (pthread_atfork), so
- * the child starts from a consistent state with the lock free.
+ * the units exported. fork() takes the lock around it (base/span_fork.h),
+ * so the child starts from a consistent state with the lock free.
  */
 #include "span_vmm_export.h"
+#include "base/span_fork.h"
 #include "base/span_peer.h"
 
 #include <ucs/datastruct/hlist.h>
 #include <ucs/datastruct/list.h>
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
 #include <ucs/sys/math.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -69,18 +71,6 @@ static struct {
     .list  = {&span_vmm_exports.list, &span_vmm_exports.list}
 };
 
-static pthread_once_t span_vmm_exports_once = PTHREAD_ONCE_INIT;
-
-static void span_vmm_exports_fork_prepare(void)
-{
-    pthread_mutex_lock(&span_vmm_exports.lock);
-}
-
-static void span_vmm_exports_fork_parent(void)
-{
-    pthread_mutex_unlock(&span_vmm_exports.lock);
-}
-
 /* The child forgets the parent's exports without withdrawing them: the
  * table memfd is shared across fork, and clearing an entry there would
  * withdraw the parent's export from the parent's importers. It closes its
@@ -107,20 +97,16 @@ static void span_vmm_exports_fork_child(void)
     span_vmm_exports.table_size = 0;
     span_vmm_exports.lo         = UINT64_MAX;
     span_vmm_exports.hi         = 0;
-    pthread_mutex_unlock(&span_vmm_exports.lock);
 }
 
-static void span_vmm_exports_init(void)
-{
-    int ret = pthread_atfork(span_vmm_exports_fork_prepare,
-                             span_vmm_exports_fork_parent,
-                             span_vmm_exports_fork_child);
+static const span_fork_handlers_t span_vmm_exports_fork = {
+    .lock  = &span_vmm_exports.lock,
+    .child = span_vmm_exports_fork_child
+};
 
-    if (ret != 0) {
-        ucs_warn("span cuda vmm: pthread_atfork failed (%s): a child forked "
-                 "after exports would withdraw its parent's",
-                 strerror(ret));
-    }
+static void UCS_F_CTOR span_vmm_exports_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_VMM_EXPORT, &span_vmm_exports_fork);
 }
 
 static ucs_hlist_head_t *span_vmm_export_bucket(uint64_t id)
@@ -273,7 +259,6 @@ ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
     if (ops->buffer_id(base, &id) != UCS_OK) {
         return UCS_ERR_UNSUPPORTED;
     }
-    pthread_once(&span_vmm_exports_once, span_vmm_exports_init);
     pthread_mutex_lock(&span_vmm_exports.lock);
     shared = span_vmm_export_find(id, base, size);
     if (shared != NULL) {
@@ -293,6 +278,15 @@ ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
     if (status != UCS_OK) {
         free(export);
         return status;
+    }
+    /* a driver's export takes no flags and may come inheritable (CUDA's
+     * does): a program this process executes must not hold the unit */
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        ucs_error("span vmm: cannot make the export %d of the unit at 0x%"
+                  PRIx64 " close-on-exec: %m", fd, base);
+        close(fd);
+        free(export);
+        return UCS_ERR_IO_ERROR;
     }
     export->id   = id;
     export->base = base;

@@ -769,6 +769,13 @@ void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)
     }
 }
 
+void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc)
+{
+    rkey->geom         = desc->geom;
+    rkey->whole_length = ((desc->geom.num_chunks == 1) && (rkey->vmm == NULL)) ?
+                         desc->geom.length : 0;
+}
+
 void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
                             size_t length, uint64_t avail)
 {

@@ -112,6 +112,10 @@ typedef struct span_rkey {
     } inner[];
 } span_rkey_t;
 
+/* The extent of an unpacked rkey, from its parsed key; its access path
+ * (inner keys, vmm) is set before */
+void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc);
+
 /* Whether [addr, addr+length) lies inside the rkey's extent; logs if not */
 static UCS_F_ALWAYS_INLINE int
 span_rkey_check(const span_rkey_t *rkey, uint64_t addr, size_t length)

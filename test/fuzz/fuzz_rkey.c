@@ -100,6 +100,15 @@ static void span_fuzz_use(const span_rkey_desc_t *desc)
                 (i < geom->num_chunks); ++i) {
         span_rkey_key(desc, i, key);
     }
+    /* the range ops may reach lies inside the units */
+    if ((desc->win_base < geom->base) || (desc->win_length == 0) ||
+        (desc->win_base - geom->base > geom->length - desc->win_length)) {
+        fprintf(stderr, "range [0x%lx, +0x%lx) outside [0x%lx, +0x%lx)\n",
+                desc->win_base, desc->win_length, geom->base, geom->length);
+        abort();
+    }
+    span_fuzz_lookup(geom, desc->win_base);
+    span_fuzz_lookup(geom, desc->win_base + desc->win_length);
     span_fuzz_lookup(geom, geom->base);
     span_fuzz_lookup(geom, geom->base + geom->length - 1);
     span_fuzz_lookup(geom, geom->base + geom->length);
@@ -141,11 +150,11 @@ static void span_fuzz_reseal(uint8_t *buf, size_t size)
     }
 
     buf[0] = SPAN_RKEY_VERSION;
-    h      = span_fuzz_fnv(2166136261u, buf, 38);
-    memcpy(buf + 38, &h, 4);
+    h      = span_fuzz_fnv(2166136261u, buf, SPAN_RKEY_HDR_SUM_OFFSET);
+    memcpy(buf + SPAN_RKEY_HDR_SUM_OFFSET, &h, 4);
     body = (body > size - SPAN_RKEY_HDR_SIZE) ? size - SPAN_RKEY_HDR_SIZE : body;
     h    = span_fuzz_fnv(h, buf + SPAN_RKEY_HDR_SIZE, body);
-    memcpy(buf + 42, &h, 4);
+    memcpy(buf + SPAN_RKEY_SUM_OFFSET, &h, 4);
 }
 
 /* The input after its first byte as a peer's key, in a buffer of exactly

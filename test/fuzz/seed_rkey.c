@@ -2,9 +2,10 @@
  * Seeds for the rkey fuzzer: keys packed by span_rkey_pack with every
  * field at or next to its extremes (extent at the top of the address space
  * and at 0, the largest chunk, overlap and unit sizes the format carries,
- * 1 and 65535 chunks, keys of 0 and 209 bytes, VMM units whose descriptors
+ * 1 and 65535 chunks, keys of 0 and 193 bytes, VMM units whose descriptors
  * and serials sit at the ends of their ranges, spill references of all-ones
- * fields). Mutations start from valid keys at the edges, where arithmetic
+ * fields; the range registered whole and one byte in from either end).
+ * Mutations start from valid keys at the edges, where arithmetic
  * wraps, instead of having to find them.
  *
  * Each key is written twice into DIR: as it is (parsed whole), and behind
@@ -66,10 +67,14 @@ static void seed_key(uint64_t base, uint64_t length, uint64_t unit,
         return;
     }
     seed_write(buf, size, -1);
-    /* twin 0 packs 46 + 24 bytes and never cuts; twin 1 packs 255 */
+    /* twin 0 packs 62 + 24 bytes and never cuts; twin 1 packs 255 */
     seed_write(buf, size,
                ((size == SPAN_RKEY_HDR_SIZE + 24) && (desc->key_size == 24) &&
                 !desc->spilled) ? 0 : 1);
+    if ((length > 2) &&
+        (span_rkey_set_window(buf, size, base + 1, length - 2) == UCS_OK)) {
+        seed_write(buf, size, -1);
+    }
 }
 
 static void seed_geometries(span_rkey_desc_t *desc, const void *keys)

@@ -1,7 +1,9 @@
 /*
- * Span rkey, wire format version 4 (3 carried span's VMM unit keys in the
- * room of inner keys, so that two never fitted; 2 had no pid_ns in the
- * spill body). All integers are little-endian.
+ * Span rkey, wire format version 5 (4 had no window: a key of several
+ * chunks or units served all of them, not the range registered; 3 carried
+ * span's VMM unit keys in the room of inner keys, so that two never
+ * fitted; 2 had no pid_ns in the spill body). All integers are
+ * little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
@@ -22,20 +24,27 @@
  *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
  *   32      4     unit_pages     hard boundaries at multiples of this many
  *                                pages (absolute addresses); 0: none
- *   36      1     key_size       K, bytes of one inner key (<= 209); with
+ *   36      1     key_size       K, bytes of one inner key (<= 193); with
  *                                SPAN_VMM, SPAN_VMM_KEY_SIZE
  *   37      1     num_varying    v, key bytes that differ between keys;
  *                                with SPAN_VMM and not SPILL, the body's
  *                                length in bytes
- *   38      4     hdr_checksum   FNV-1a 32 of bytes [0, 38)
- *   42      4     checksum       FNV-1a 32 of bytes [0, 38) then the body
- *   46            inline body (SPILL clear), absent when K = 0:
+ *   38      8     win_offset     the range registered, the only one an op
+ *   46      8     win_length     may reach: its first byte, from base, and
+ *                                its bytes (> 0, inside the extent). The
+ *                                units and chunks around it were registered
+ *                                whole for the inner transport's sake; the
+ *                                packer names the range its caller packs
+ *                                (span_md_pack.c)
+ *   54      4     hdr_checksum   FNV-1a 32 of bytes [0, 54)
+ *   58      4     checksum       FNV-1a 32 of bytes [0, 54) then the body
+ *   62            inline body (SPILL clear), absent when K = 0:
  *                 key 0          K bytes, whole
  *                 mask           ceil(K/8) bytes, only when n > 1: bit b set
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
- *   46            VMM body (SPAN_VMM set, SPILL clear), the units' keys
+ *   62            VMM body (SPAN_VMM set, SPILL clear), the units' keys
  *                 (span_cuda_vmm.h) less what the importer knows:
  *                 +0  4  pid       the exporter
  *                 +4  4  table_fd  its export table's descriptor
@@ -45,11 +54,11 @@
  *                        zigzag LEB128 varint (at most 10 bytes, 64 bits)
  *                        of its difference from the previous unit's
  *                        (from 0 for the first): units exported together
- *                        take one byte each, so about 90 fit; sizes come
+ *                        take one byte each, so about 80 fit; sizes come
  *                        from the geometry. A descriptor lies in
  *                        [0, 2^31), a serial in [1, 2^63): a key whose
  *                        differences leave either range is refused.
- *   46            spill body (SPILL set, same-node transports only), 44
+ *   62            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
  *                 +0  4  pid       exporting process
@@ -72,17 +81,17 @@
  * the importer (span_chunk.h) and must give n chunks. Inner keys of
  * neighbour registrations share most of their bytes (an ib key differs in
  * two or three): with K = 8, v = 4 and 2 GiB chunks overlapping by 4 MiB,
- * 51 keys fit, 101.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 26, 51.9 GiB.
+ * 47 keys fit, 93.8 GiB; v = 3: 62 keys, 123.8 GiB; v = 8: 24, 47.9 GiB.
  * Keys too large for that (cuda_ipc's are 192 bytes: even two never fit)
  * spill on transports that only reach their own node; so do VMM units
- * whose varints outgrow the 209 bytes (whole keys of
+ * whose varints outgrow the 193 bytes (whole keys of
  * SPAN_VMM_KEY_SIZE bytes in the slot).
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
  * key instead of an access to the wrong bytes; they do not stop a peer that
  * forges one. UCP does not pass the key's length to rkey_unpack: it hands
  * over the rkey_packed_size bytes the exporter's twin MD reported, fixed
- * for that MD (the header alone, 46 bytes, when it never cuts or spills;
+ * for that MD (the header alone, 62 bytes, when it never cuts or spills;
  * otherwise SPAN_RKEY_MAX_SIZE). An importer reads a peer's key only up to
  * the size a twin MD of its inner component reports here, and refuses
  * inner keys of another size than that component's: a header that claims
@@ -100,8 +109,6 @@
 #include <pthread.h>
 #include <string.h>
 
-#define SPAN_RKEY_HDR_SUM_OFFSET 38
-#define SPAN_RKEY_SUM_OFFSET     42
 #define SPAN_RKEY_SPILL_SIZE     44
 /* Packed sizes of the open twin MDs: a few per inner component */
 #define SPAN_RKEY_SIZES          64
@@ -146,6 +153,15 @@ static uint32_t span_rkey_checksum(const uint8_t *buffer, size_t body_size)
     uint32_t hash = span_hash_fnv(buffer,
                                   SPAN_RKEY_HDR_SUM_OFFSET);
     return span_hash_fnv_update(hash, buffer + SPAN_RKEY_HDR_SIZE, body_size);
+}
+
+/* Both checksums of a key whose fields and body are written */
+static void span_rkey_seal(uint8_t *p, size_t body_size)
+{
+    span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
+                  span_hash_fnv(p, SPAN_RKEY_HDR_SUM_OFFSET), 4);
+    span_rkey_put(p + SPAN_RKEY_SUM_OFFSET, span_rkey_checksum(p, body_size),
+                  4);
 }
 
 static size_t span_rkey_mask_size(size_t key_size)
@@ -457,9 +473,8 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
     span_rkey_put(p + 32, pages[2], 4);
     span_rkey_put(p + 36, K, 1);
     span_rkey_put(p + 37, num_varying, 1);
-    span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
-                  span_hash_fnv(p,
-                                SPAN_RKEY_HDR_SUM_OFFSET), 4);
+    span_rkey_put(p + 38, 0, 8);
+    span_rkey_put(p + 46, geom->length, 8);
 
     if (flags & SPAN_RKEY_FLAG_SPILL) {
         span_rkey_pack_spill(p + SPAN_RKEY_HDR_SIZE, &desc->spill);
@@ -467,9 +482,34 @@ ucs_status_t span_rkey_pack(void *buffer, const span_rkey_desc_t *desc,
         span_rkey_pack_inline(p + SPAN_RKEY_HDR_SIZE, keys, K,
                               geom->num_chunks, mask);
     }
-    span_rkey_put(p + SPAN_RKEY_SUM_OFFSET, span_rkey_checksum(p, body_size),
-                  4);
     *packed_size_p = SPAN_RKEY_HDR_SIZE + body_size;
+    if (desc->win_length == 0) {
+        span_rkey_seal(p, body_size);
+        return UCS_OK;
+    }
+    return span_rkey_set_window(p, *packed_size_p, desc->win_base,
+                                desc->win_length);
+}
+
+ucs_status_t span_rkey_set_window(void *buffer, size_t packed_size,
+                                  uint64_t base, uint64_t length)
+{
+    uint8_t *p     = buffer;
+    uint64_t gbase = span_rkey_get(p + 8, 8);
+    uint64_t glen  = span_rkey_get(p + 16, 8);
+    uint64_t offset;
+
+    offset = (base < gbase) ? glen : base - gbase;
+    if ((offset >= glen) || (length == 0) || (length > glen - offset) ||
+        (packed_size < SPAN_RKEY_HDR_SIZE)) {
+        ucs_error("span rkey %p: range [0x%" PRIx64 ", +%" PRIu64 ") is not "
+                  "inside its extent [0x%" PRIx64 ", +%" PRIu64 ")", buffer,
+                  base, length, gbase, glen);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    span_rkey_put(p + 38, offset, 8);
+    span_rkey_put(p + 46, length, 8);
+    span_rkey_seal(p, packed_size - SPAN_RKEY_HDR_SIZE);
     return UCS_OK;
 }
 
@@ -569,6 +609,7 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc)
 {
     const uint8_t *p = buffer;
+    uint64_t win_offset;
     size_t body_size;
     uint32_t checksum;
     ucs_status_t status;
@@ -595,6 +636,16 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return status;
     }
 
+    win_offset       = span_rkey_get(p + 38, 8);
+    desc->win_length = span_rkey_get(p + 46, 8);
+    if ((win_offset >= desc->geom.length) || (desc->win_length == 0) ||
+        (desc->win_length > desc->geom.length - win_offset)) {
+        ucs_error("span rkey %p: range +%" PRIu64 " of %" PRIu64 " bytes is "
+                  "not inside its extent of %" PRIu64 " bytes", buffer,
+                  win_offset, desc->win_length, desc->geom.length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    desc->win_base = desc->geom.base + win_offset;
     desc->component_id = span_rkey_get(p + 4, 4);
     desc->key_size     = p[36];
     desc->num_varying  = p[37];
@@ -772,8 +823,10 @@ void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)
 void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc)
 {
     rkey->geom         = desc->geom;
+    rkey->win_base     = desc->win_base;
+    rkey->win_length   = desc->win_length;
     rkey->whole_length = ((desc->geom.num_chunks == 1) && (rkey->vmm == NULL)) ?
-                         desc->geom.length : 0;
+                         desc->win_length : 0;
 }
 
 void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,

@@ -251,6 +251,12 @@ ucs_status_t span_rkey_compare(uct_component_t *component,
         *result = span_rkey_cmp_u64(a->geom.length, b->geom.length);
     }
     if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->win_base, b->win_base);
+    }
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->win_length, b->win_length);
+    }
+    if (*result == 0) {
         *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);
     }
     if (*result == 0) {

@@ -342,7 +342,7 @@ TEST_F(cuda_copy, flush_completes_behind_the_last_copy)
     EXPECT_EQ(UCS_OK, span_cuda_copy_flush(m_copy, NULL));
 }
 
-TEST_F(cuda_copy, a_refused_copy_fails_the_op_and_the_rest_is_tracked)
+TEST_F(cuda_copy, a_refused_copy_fails_the_op_once_the_copies_before_ran)
 {
     counted_comp c, f;
 
@@ -351,17 +351,55 @@ TEST_F(cuda_copy, a_refused_copy_fails_the_op_and_the_rest_is_tracked)
     drv.fail_copy_at = 2; /* the third element of four */
     {
         log_counter log;
-        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, &c.super, 4));
+        EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &c.super, 4));
         EXPECT_EQ(1u, log_counter::count("put of 64 bytes"));
     }
-    /* the op failed: its completion is never called; the two copies the
-     * device took still hold the engine until they ran */
+    /* the two copies the device took still run: the op is not over */
     EXPECT_TRUE(span_cuda_copy_busy(m_copy));
+    EXPECT_EQ(0u, span_cuda_copy_progress(m_copy));
+    EXPECT_EQ(0, c.calls);
     EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
     fake_run();
     span_cuda_copy_progress(m_copy);
-    EXPECT_EQ(0, c.calls);
+    EXPECT_EQ(1, c.calls);
+    EXPECT_EQ(UCS_ERR_IO_ERROR, c.super.status);
     EXPECT_EQ(1, f.calls);
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 128));
+    EXPECT_EQ(0, m_remote[128]) << "a copy after the refused one ran";
+    span_cuda_copy_progress(m_copy);
+    EXPECT_EQ(1, c.calls);
+}
+
+TEST_F(cuda_copy, a_refused_first_copy_fails_at_once)
+{
+    counted_comp c;
+
+    init(&c);
+    drv.fail_copy_at = 0;
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, &c.super, 4));
+    }
+    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    fake_run();
+    span_cuda_copy_progress(m_copy);
+    EXPECT_EQ(0, c.calls);
+    EXPECT_EQ(0, m_remote[0]);
+}
+
+/* With no completion to report it through, the error is returned once the
+ * copies before the refused one ran: the caller's memory is its own again */
+TEST_F(cuda_copy, a_refused_copy_without_completion_returns_after_the_rest)
+{
+    drv.fail_copy_at = 1;
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, NULL, 4));
+    }
+    EXPECT_TRUE(drv.ops.empty()) << "the copy before the refused one runs";
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 64));
+    span_cuda_copy_progress(m_copy);
+    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
 }
 
 TEST_F(cuda_copy, destroy_waits_and_completes_each_op_once)

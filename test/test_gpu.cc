@@ -279,6 +279,58 @@ TEST_P(gpu_pair, free_and_allocate_again_at_the_same_address)
     run_ops("realloc", 200);
 }
 
+/* Ops of 1..64 bytes just before and just past what was registered are
+ * refused, and no byte of the allocation changes: the range as given, or
+ * with UCX's defaults the handle UCP cut it to, widened by span over the
+ * handles after it (README, "Bounds contract") */
+TEST_P(gpu_pair, just_outside_the_registration_is_refused)
+{
+    if (!twin() || (gcase().kind != SPAN_GPU_VMM) ||
+        (gcase().reg_offset == 0)) {
+        GTEST_SKIP() << "a sub-range of VMM memory, over a twin";
+    }
+    ASSERT_NO_FATAL_FAILURE(map(7));
+    const char *whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
+    const char *widen = getenv("UCX_SPAN_VMM_WIDEN");
+    size_t hsize      = alloc_length() / gcase().handles;
+    size_t start      = m_region.reg_offset;
+    size_t end        = start + m_region.reg_length;
+    size_t ops = 0, refused = 0;
+    span_gpu_buf_t local;
+
+    if ((whole == NULL) || (strstr(whole, "cuda") != NULL)) {
+        start -= start % hsize;
+        end    = ((widen != NULL) && !strcmp(widen, "0")) ? start + hsize :
+                                                            alloc_length();
+    }
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, 64, 0, NULL, &local));
+    for (size_t len = 1; len <= 64; ++len) {
+        std::vector<size_t> at = {end};
+        if (start >= len) {
+            at.push_back(start - len);
+        }
+        for (size_t off : at) {
+            for (int put = 0; put < 2; ++put) {
+                ucs_status_t status =
+                        put ? span_pair_put(&m_pair, &m_region, off,
+                                            local.ptr, len) :
+                              span_pair_get(&m_pair, &m_region, off,
+                                            local.ptr, len);
+                EXPECT_NE(UCS_OK, status) << (put ? "put" : "get") << " of "
+                                          << len << " bytes at " << off;
+                ++ops;
+                refused += (status != UCS_OK);
+            }
+        }
+    }
+    size_t wrong = span_pair_check(&m_pair, &m_region, 0, alloc_length(), 7);
+    EXPECT_EQ(0u, wrong);
+    printf("GPU| %-18s | cuda_ipc+ | bounds   | %s | [%zu, %zu) | %zu/%zu "
+           "ops refused | %zu bytes wrong |\n", gcase().name,
+           ucx_settings().c_str(), start, end, refused, ops, wrong);
+    span_gpu_free(&local);
+}
+
 std::vector<gpu_case> cases()
 {
     return {

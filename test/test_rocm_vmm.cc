@@ -22,6 +22,7 @@ extern "C" {
 }
 
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -178,6 +179,46 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
     EXPECT_TRUE(flush.done);
     EXPECT_FALSE(span_rocm_copy_busy(m_copy));
     EXPECT_EQ(UCS_OK, span_rocm_copy_flush(m_copy, nullptr));
+    span_vmm_cache_put(map);
+}
+
+/* A get whose second element copy is refused while the first runs (200 ms
+ * on the emulator): the op reports its error only once the first copy
+ * finished, and the destination never changes after that */
+TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
+{
+    uct_iov_t iov[2] = {{m_local, unit, nullptr, 0, 1},
+                        {m_local + unit, unit, nullptr, 0, 1}};
+    std::vector<uint8_t> zero(2 * unit, 0), seen(2 * unit);
+    span_vmm_map_t *map;
+    counted_completion op;
+    ucs_status_t status;
+    deadline guard(30, "a failed ROCm VMM get");
+
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    ASSERT_EQ(hipSuccess, hipMemcpy(m_local, zero.data(), zero.size(),
+                                    hipMemcpyDefault));
+    ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 200000));
+    ASSERT_EQ(0, hsa_emu_fail("hsa_amd_memory_async_copy@2"));
+    status = span_rocm_copy_post(m_copy, map, 0, iov, 2,
+                                 (uint8_t*)map->base, &op.comp);
+    if (status == UCS_INPROGRESS) {
+        while (!op.done) {
+            span_rocm_copy_progress(m_copy);
+        }
+        status = op.comp.status;
+    }
+    EXPECT_EQ(UCS_ERR_IO_ERROR, status);
+    /* read by the CPU (the emulator's device memory is host memory):
+     * hipMemcpy would wait for the copies still queued */
+    memcpy(zero.data(), m_local, zero.size());
+    usleep(300000);
+    memcpy(seen.data(), m_local, seen.size());
+    EXPECT_EQ(0, memcmp(zero.data(), seen.data(), seen.size()))
+            << "the buffer of a get reported failed changed afterwards";
+    while (span_rocm_copy_busy(m_copy)) {
+        span_rocm_copy_progress(m_copy);
+    }
     span_vmm_cache_put(map);
 }
 

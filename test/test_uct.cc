@@ -1133,6 +1133,124 @@ INSTANTIATE_TEST_SUITE_P(twin, span_uct_chunked,
 
 /* The second piece of every split op first meets no resource, as from a
  * full send queue: the op is under way, so the rest is deferred */
+/* A key packed for part of a registration of several chunks (what UCP
+ * packs where its range lies inside a registration span shares) serves
+ * that part alone: gets and puts of 1..64 bytes that end at its start,
+ * straddle it, start at its end or straddle that are refused, and touch no
+ * byte on either side */
+TEST_P(span_uct_chunked, a_key_serves_the_range_packed_not_the_registration)
+{
+    const size_t start = 8192 + 13, length = size - 16384 - 20;
+    const uint64_t flags = iface_attr.cap.flags;
+    std::vector<uint8_t> local(64, 0xee), before;
+    uct_md_mkey_pack_params_t params = {};
+    std::vector<uint8_t> buf(rkey_buf.size());
+    uct_mem_h lmemh = reg(local.data(), local.size());
+    uct_rkey_bundle_t win;
+    unsigned refused = 0, served = 0;
+    ucs_status_t status;
+
+    ASSERT_LT(1u, num_chunks(remote.data() + start)) << "one chunk";
+    ASSERT_EQ(UCS_OK, uct_md_mkey_pack_v2(md, memh, remote.data() + start,
+                                          length, &params, buf.data()));
+    ASSERT_EQ(UCS_OK, uct_rkey_unpack(component, buf.data(), &win));
+    fill_remote(5);
+    before = remote;
+
+    auto op = [&](int kind, uint64_t addr, size_t len) {
+        uct_iov_t iov = {local.data(), len, lmemh, 0, 1};
+        pack_arg arg  = {local.data(), len};
+        completion c;
+        ucs_status_t st;
+
+        switch (kind) {
+        case 0:
+            return (flags & UCT_IFACE_FLAG_PUT_SHORT) &&
+                   (len <= iface_attr.cap.put.max_short) ?
+                   uct_ep_put_short(ep, local.data(), len, addr, win.rkey) :
+                   UCS_ERR_UNSUPPORTED;
+        case 1:
+            return (flags & UCT_IFACE_FLAG_PUT_BCOPY) ?
+                   (ucs_status_t)std::min<ssize_t>(0,
+                   uct_ep_put_bcopy(ep, pack_cb, &arg, addr, win.rkey)) :
+                   UCS_ERR_UNSUPPORTED;
+        case 2:
+            st = (flags & UCT_IFACE_FLAG_PUT_ZCOPY) ?
+                 uct_ep_put_zcopy(ep, &iov, 1, addr, win.rkey, &c.super) :
+                 UCS_ERR_UNSUPPORTED;
+            break;
+        case 3:
+            st = (flags & UCT_IFACE_FLAG_GET_BCOPY) ?
+                 uct_ep_get_bcopy(ep, unpack_cb, local.data(), len, addr,
+                                  win.rkey, &c.super) :
+                 UCS_ERR_UNSUPPORTED;
+            break;
+        default:
+            st = (flags & UCT_IFACE_FLAG_GET_ZCOPY) ?
+                 uct_ep_get_zcopy(ep, &iov, 1, addr, win.rkey, &c.super) :
+                 UCS_ERR_UNSUPPORTED;
+            break;
+        }
+        if (st == UCS_INPROGRESS) {
+            while (c.super.count > 0) {
+                uct_worker_progress(worker);
+            }
+            st = c.super.status;
+        }
+        return st;
+    };
+
+    {
+        log_counter logs;
+        for (size_t len = 1; len <= 64; ++len) {
+            const uint64_t at[] = {raddr(start) - len, raddr(start) - 1,
+                                   raddr(start + length),
+                                   raddr(start + length) - len + 1};
+            for (int kind = 0; kind < 5; ++kind) {
+                for (uint64_t addr : at) {
+                    if ((len == 1) && (addr != at[0]) && (addr != at[2])) {
+                        continue; /* inside */
+                    }
+                    if ((kind == 1) && (addr == at[3]) &&
+                        (std::string(GetParam()) == "self+")) {
+                        continue; /* self packs in place (README, "Known
+                                     limitations") */
+                    }
+                    status = op(kind, addr, len);
+                    if (status == UCS_ERR_UNSUPPORTED) {
+                        continue;
+                    }
+                    EXPECT_EQ(UCS_ERR_INVALID_ADDR, status)
+                            << "op " << kind << " of " << len << " bytes at "
+                            << (int64_t)(addr - raddr(start))
+                            << " from the start of the range";
+                    refused += (status == UCS_ERR_INVALID_ADDR);
+                }
+            }
+        }
+        EXPECT_EQ(refused, logs.count("is outside the registered extent"));
+    }
+    EXPECT_LT(0u, refused);
+    EXPECT_TRUE(remote == before) << "bytes outside the range changed";
+    EXPECT_TRUE(std::all_of(local.begin(), local.end(),
+                            [](uint8_t b) { return b == 0xee; }))
+            << "bytes outside the range were read";
+
+    /* its first and last bytes are served */
+    for (int kind = 0; kind < 5; ++kind) {
+        for (uint64_t addr : {raddr(start), raddr(start + length) - 64}) {
+            status = op(kind, addr, 64);
+            if (status != UCS_ERR_UNSUPPORTED) {
+                EXPECT_GE(status, UCS_OK) << "op " << kind;
+                ++served;
+            }
+        }
+    }
+    EXPECT_LT(0u, served);
+    uct_rkey_release(component, &win);
+    dereg(lmemh);
+}
+
 class span_uct_deferred : public span_uct_chunked {
 protected:
     md_options_t md_options() const override

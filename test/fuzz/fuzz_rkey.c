@@ -109,6 +109,15 @@ static void span_fuzz_use(const span_rkey_desc_t *desc)
                 (i < geom->num_chunks); ++i) {
         span_rkey_key(desc, i, key);
     }
+    /* the range ops may reach lies inside the units */
+    if ((desc->win_base < geom->base) || (desc->win_length == 0) ||
+        (desc->win_base - geom->base > geom->length - desc->win_length)) {
+        fprintf(stderr, "range [0x%lx, +0x%lx) outside [0x%lx, +0x%lx)\n",
+                desc->win_base, desc->win_length, geom->base, geom->length);
+        abort();
+    }
+    span_fuzz_lookup(geom, desc->win_base);
+    span_fuzz_lookup(geom, desc->win_base + desc->win_length);
     span_fuzz_lookup(geom, geom->base);
     span_fuzz_lookup(geom, geom->base + geom->length - 1);
     span_fuzz_lookup(geom, geom->base + geom->length);

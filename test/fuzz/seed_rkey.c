@@ -2,9 +2,10 @@
  * Seeds for the rkey fuzzer: keys packed by span_rkey_pack with every
  * field at or next to its extremes (extent at the top of the address space
  * and at 0, the largest chunk, overlap and unit sizes the format carries,
- * 1 and 65535 chunks, keys of 0 and 208 bytes, VMM units whose descriptors
+ * 1 and 65535 chunks, keys of 0 and 192 bytes, VMM units whose descriptors
  * and serials sit at the ends of their ranges, spill references of all-ones
- * fields). Mutations start from valid keys at the edges, where arithmetic
+ * fields; the range registered whole and one byte in from either end).
+ * Mutations start from valid keys at the edges, where arithmetic
  * wraps, instead of having to find them.
  *
  * Each key is written into DIR as it is (parsed whole), and behind a first
@@ -76,6 +77,11 @@ static void seed_key(uint64_t base, uint64_t length, uint64_t unit,
         UCS_OK) {
         seed_write(buf, size, -1);
         seed_write(buf, size, twin | SEED_CUTS);
+        if ((length > 2) && (span_rkey_set_window(buf, size, base + 1,
+                                                  length - 2) == UCS_OK)) {
+            seed_write(buf, size, -1);
+            seed_write(buf, size, twin | SEED_CUTS);
+        }
     }
     if (span_rkey_pack(buf, SPAN_RKEY_HDR_SIZE + desc->key_size, desc, keys,
                        &size) == UCS_OK) {

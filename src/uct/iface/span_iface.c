@@ -299,11 +299,11 @@ static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
     return total;
 }
 
-/* The inner rkey of an access inside an extent of one chunk: the common
- * case, checked with one add and one compare (whole_length is 0 for any
- * other extent, which only an empty access at its base passes: chunk 0
- * holds it); anything else (chunks, an access outside) goes to the full
- * check */
+/* The inner rkey of an access inside a range registered through one
+ * chunk: the common case, checked with one add and one compare
+ * (whole_length is 0 for any other, which only an empty access at its
+ * base passes: the chunk of its base holds it); anything else (chunks, an
+ * access outside) goes to the full check */
 static UCS_F_ALWAYS_INLINE int
 span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
                      uct_rkey_t *inner_p)
@@ -312,7 +312,7 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
 
     /* addr below the base wraps the offset, and the add carries or ends past
      * the extent */
-    if (ucs_unlikely(__builtin_add_overflow(addr - rkey->geom.base, length,
+    if (ucs_unlikely(__builtin_add_overflow(addr - rkey->win_base, length,
                                             &end) ||
                      (end > rkey->whole_length))) {
         return 0;

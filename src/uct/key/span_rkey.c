@@ -1,10 +1,12 @@
 /*
  * Span rkey, wire format version 5 (4 did not carry its packed size, so an
  * importer bounded a peer's key by what its own twins pack, past the end
- * of a key that a peer configured otherwise packed; 3 carried span's VMM
- * unit keys in the room of inner keys, so that two never fitted; 2 had no
- * pid_ns in the spill body). Keys of another version are refused from
- * their first byte, the only one read. All integers are little-endian.
+ * of a key that a peer configured otherwise packed, and had no window: a
+ * key of several chunks or units served all of them, not the range
+ * registered; 3 carried span's VMM unit keys in the room of inner keys, so
+ * that two never fitted; 2 had no pid_ns in the spill body). Keys of
+ * another version are refused from their first byte, the only one read.
+ * All integers are little-endian.
  *
  *   offset  size  field
  *   0       1     version        SPAN_RKEY_VERSION
@@ -25,23 +27,30 @@
  *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
  *   32      4     unit_pages     hard boundaries at multiples of this many
  *                                pages (absolute addresses); 0: none
- *   36      1     key_size       K, bytes of one inner key (<= 208); with
+ *   36      1     key_size       K, bytes of one inner key (<= 192); with
  *                                SPAN_VMM, SPAN_VMM_KEY_SIZE
  *   37      1     num_varying    v, key bytes that differ between keys;
  *                                with SPAN_VMM and not SPILL, the body's
  *                                length in bytes
  *   38      1     rkey_size      the exporting twin MD's rkey_packed_size,
- *                                >= 47: the bytes UCP sends, and so all an
+ *                                >= 63: the bytes UCP sends, and so all an
  *                                importer may read; the body lies in them
- *   39      4     hdr_checksum   FNV-1a 32 of bytes [0, 39)
- *   43      4     checksum       FNV-1a 32 of bytes [0, 39) then the body
- *   47            inline body (SPILL clear), absent when K = 0:
+ *   39      8     win_offset     the range registered, the only one an op
+ *   47      8     win_length     may reach: its first byte, from base, and
+ *                                its bytes (> 0, inside the extent). The
+ *                                units and chunks around it were registered
+ *                                whole for the inner transport's sake; the
+ *                                packer names the range its caller packs
+ *                                (span_md_pack.c)
+ *   55      4     hdr_checksum   FNV-1a 32 of bytes [0, 55)
+ *   59      4     checksum       FNV-1a 32 of bytes [0, 55) then the body
+ *   63            inline body (SPILL clear), absent when K = 0:
  *                 key 0          K bytes, whole
  *                 mask           ceil(K/8) bytes, only when n > 1: bit b set
  *                                when byte b of some key differs from key 0
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
- *   47            VMM body (SPAN_VMM set, SPILL clear), the units' keys
+ *   63            VMM body (SPAN_VMM set, SPILL clear), the units' keys
  *                 (span_cuda_vmm.h) less what the importer knows:
  *                 +0  4  pid       the exporter
  *                 +4  4  table_fd  its export table's descriptor
@@ -51,11 +60,11 @@
  *                        zigzag LEB128 varint (at most 10 bytes, 64 bits)
  *                        of its difference from the previous unit's
  *                        (from 0 for the first): units exported together
- *                        take one byte each, so about 90 fit; sizes come
+ *                        take one byte each, so about 80 fit; sizes come
  *                        from the geometry. A descriptor lies in
  *                        [0, 2^31), a serial in [1, 2^63): a key whose
  *                        differences leave either range is refused.
- *   47            spill body (SPILL set, same-node transports only), 44
+ *   63            spill body (SPILL set, same-node transports only), 44
  *                 bytes: the n keys, whole, lie in a slot of the
  *                 exporter's spill arena (span_spill.c)
  *                 +0  4  pid       exporting process
@@ -78,10 +87,10 @@
  * the importer (span_chunk.h) and must give n chunks. Inner keys of
  * neighbour registrations share most of their bytes (an ib key differs in
  * two or three): with K = 8, v = 4 and 2 GiB chunks overlapping by 4 MiB,
- * 50 keys fit, 99.8 GiB; v = 3: 67 keys, 133.7 GiB; v = 8: 25, 49.9 GiB.
+ * 46 keys fit, 91.8 GiB; v = 3: 62 keys, 123.8 GiB; v = 8: 23, 45.9 GiB.
  * Keys too large for that (cuda_ipc's are 192 bytes: even two never fit)
  * spill on transports that only reach their own node; so do VMM units
- * whose varints outgrow the 208 bytes (whole keys of
+ * whose varints outgrow the 192 bytes (whole keys of
  * SPAN_VMM_KEY_SIZE bytes in the slot).
  *
  * The checksums turn a key corrupted in flight or by a bug into a refused
@@ -112,6 +121,8 @@
 #include <string.h>
 
 #define SPAN_RKEY_SIZE_OFFSET    38
+/* win_offset, then win_length */
+#define SPAN_RKEY_WINDOW_OFFSET  39
 #define SPAN_RKEY_SPILL_SIZE     44
 /* Kinds of open twin MDs: a few per inner component */
 #define SPAN_RKEY_SIZES          64
@@ -164,6 +175,15 @@ static uint32_t span_rkey_checksum(const uint8_t *buffer, size_t body_size)
     uint32_t hash = span_hash_fnv(buffer,
                                   SPAN_RKEY_HDR_SUM_OFFSET);
     return span_hash_fnv_update(hash, buffer + SPAN_RKEY_HDR_SIZE, body_size);
+}
+
+/* Both checksums of a key whose fields and body are written */
+static void span_rkey_seal(uint8_t *p, size_t body_size)
+{
+    span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
+                  span_hash_fnv(p, SPAN_RKEY_HDR_SUM_OFFSET), 4);
+    span_rkey_put(p + SPAN_RKEY_SUM_OFFSET, span_rkey_checksum(p, body_size),
+                  4);
 }
 
 static size_t span_rkey_mask_size(size_t key_size)
@@ -483,9 +503,8 @@ ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
     span_rkey_put(p + 36, K, 1);
     span_rkey_put(p + 37, num_varying, 1);
     span_rkey_put(p + SPAN_RKEY_SIZE_OFFSET, rkey_size, 1);
-    span_rkey_put(p + SPAN_RKEY_HDR_SUM_OFFSET,
-                  span_hash_fnv(p,
-                                SPAN_RKEY_HDR_SUM_OFFSET), 4);
+    span_rkey_put(p + SPAN_RKEY_WINDOW_OFFSET, 0, 8);
+    span_rkey_put(p + SPAN_RKEY_WINDOW_OFFSET + 8, geom->length, 8);
 
     if (flags & SPAN_RKEY_FLAG_SPILL) {
         span_rkey_pack_spill(p + SPAN_RKEY_HDR_SIZE, &desc->spill);
@@ -493,9 +512,35 @@ ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
         span_rkey_pack_inline(p + SPAN_RKEY_HDR_SIZE, keys, K,
                               geom->num_chunks, mask);
     }
-    span_rkey_put(p + SPAN_RKEY_SUM_OFFSET, span_rkey_checksum(p, body_size),
-                  4);
     *packed_size_p = SPAN_RKEY_HDR_SIZE + body_size;
+    if (desc->win_length == 0) {
+        span_rkey_seal(p, body_size);
+        return UCS_OK;
+    }
+    return span_rkey_set_window(p, *packed_size_p, desc->win_base,
+                                desc->win_length);
+}
+
+ucs_status_t span_rkey_set_window(void *buffer, size_t packed_size,
+                                  uint64_t base, uint64_t length)
+{
+    uint8_t *p     = buffer;
+    uint64_t gbase = span_rkey_get(p + 8, 8);
+    uint64_t glen  = span_rkey_get(p + 16, 8);
+    uint64_t offset;
+
+    offset = (base < gbase) ? glen : base - gbase;
+    if ((offset >= glen) || (length == 0) || (length > glen - offset) ||
+        (packed_size < SPAN_RKEY_HDR_SIZE)) {
+        ucs_error("span rkey %p: range [0x%" PRIx64 ", +%" PRIu64 ") is not "
+                  "inside its extent [0x%" PRIx64 ", +%" PRIu64 ")", buffer,
+                  base, length, gbase, glen);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    span_rkey_put(p + SPAN_RKEY_WINDOW_OFFSET, offset, 8);
+    span_rkey_put(p + SPAN_RKEY_WINDOW_OFFSET + 8, length, 8);
+    span_rkey_seal(p, span_rkey_body_size(p[1], p[36], span_rkey_get(p + 2, 2),
+                                          p[37]));
     return UCS_OK;
 }
 
@@ -603,6 +648,7 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc)
 {
     const uint8_t *p = buffer;
+    uint64_t win_offset;
     size_t body_size;
     uint32_t checksum;
     ucs_status_t status;
@@ -631,6 +677,16 @@ ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
         return status;
     }
 
+    win_offset       = span_rkey_get(p + SPAN_RKEY_WINDOW_OFFSET, 8);
+    desc->win_length = span_rkey_get(p + SPAN_RKEY_WINDOW_OFFSET + 8, 8);
+    if ((win_offset >= desc->geom.length) || (desc->win_length == 0) ||
+        (desc->win_length > desc->geom.length - win_offset)) {
+        ucs_error("span rkey %p: range +%" PRIu64 " of %" PRIu64 " bytes is "
+                  "not inside its extent of %" PRIu64 " bytes", buffer,
+                  win_offset, desc->win_length, desc->geom.length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    desc->win_base = desc->geom.base + win_offset;
     desc->component_id = span_rkey_get(p + 4, 4);
     desc->key_size     = p[36];
     desc->num_varying  = p[37];
@@ -806,6 +862,15 @@ void span_rkey_key(const span_rkey_desc_t *desc, uint32_t index, void *key)
             out[b] = *(in++);
         }
     }
+}
+
+void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc)
+{
+    rkey->geom         = desc->geom;
+    rkey->win_base     = desc->win_base;
+    rkey->win_length   = desc->win_length;
+    rkey->whole_length = ((desc->geom.num_chunks == 1) && (rkey->vmm == NULL)) ?
+                         desc->win_length : 0;
 }
 
 void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,

@@ -18,10 +18,10 @@
 #include <stdint.h>
 
 #define SPAN_RKEY_VERSION     5
-#define SPAN_RKEY_HDR_SIZE    47
+#define SPAN_RKEY_HDR_SIZE    63
 /* Where the header's checksums lie (span_rkey.c) */
-#define SPAN_RKEY_HDR_SUM_OFFSET 39
-#define SPAN_RKEY_SUM_OFFSET     43
+#define SPAN_RKEY_HDR_SUM_OFFSET 55
+#define SPAN_RKEY_SUM_OFFSET     59
 /* UCP stores each MD's packed rkey size in one byte */
 #define SPAN_RKEY_MAX_SIZE    255
 /* The largest inner key a span rkey holds (a registration of one chunk) */
@@ -44,7 +44,12 @@ typedef struct span_rkey_spill {
 
 typedef struct span_rkey_desc {
     uint32_t          component_id; /* span_rkey_component_id() of the inner */
-    span_chunk_geom_t geom;         /* extent in the exporter's addresses */
+    span_chunk_geom_t geom;         /* extent of the units and chunks it was
+                                       registered through, in the
+                                       exporter's addresses */
+    uint64_t          win_base;     /* the range registered, inside geom, */
+    uint64_t          win_length;   /* which ops may reach; 0 to pack: all
+                                       of geom */
     size_t            key_size;     /* bytes of one inner key */
     int               spilled;      /* keys in the spill slot, not inline */
     int               span_vmm;     /* the keys are span's own VMM unit keys
@@ -59,6 +64,12 @@ typedef struct span_rkey_desc {
 } span_rkey_desc_t;
 
 uint32_t span_rkey_component_id(const char *component_name);
+
+/* Sets the range registered of a key packed by span_rkey_pack, of
+ * packed_size bytes: [base, base + length) must lie inside its geometry
+ * (UCS_ERR_INVALID_PARAM) */
+ucs_status_t span_rkey_set_window(void *buffer, size_t packed_size,
+                                  uint64_t base, uint64_t length);
 
 /* Packs desc and the num_chunks inner keys of key_size bytes each (keys,
  * contiguous; unused when desc->spilled) into buffer, of rkey_size bytes
@@ -101,11 +112,14 @@ ucs_status_t span_rkey_vmm_keys(const span_rkey_desc_t *desc,
 
 /* The unpacked rkey: what uct_rkey_t points to for a twin */
 typedef struct span_rkey {
-    /* geom.length where inner[0] serves the whole extent (one chunk, no
-     * VMM mapping), else 0: the ops that make one access check only this
-     * and geom.base, in one cache line */
+    /* win_length where inner[0] serves the whole range registered (one
+     * chunk, no VMM mapping), else 0: the ops that make one access check
+     * only this and win_base, in one cache line */
     uint64_t          whole_length;
-    span_chunk_geom_t geom;            /* extent, exporter's addresses */
+    uint64_t          win_base;        /* the range registered, which every */
+    uint64_t          win_length;      /* op must lie in */
+    span_chunk_geom_t geom;            /* units and chunks, exporter's
+                                          addresses */
     uct_component_t   *inner_component;
     int               inner_unpacked;  /* inner rkeys must be released */
     uint32_t          num_inner;       /* one per chunk, or one for all
@@ -119,20 +133,27 @@ typedef struct span_rkey {
     } inner[];
 } span_rkey_t;
 
-/* Whether [addr, addr+length) lies inside the rkey's extent; logs if not */
+/* The extent of an unpacked rkey, from its parsed key; its access path
+ * (inner keys, vmm) is set before */
+void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc);
+
+/* Whether [addr, addr+length) lies inside the range registered, not only
+ * in the units it was registered through; logs if not */
 static UCS_F_ALWAYS_INLINE int
 span_rkey_check(const span_rkey_t *rkey, uint64_t addr, size_t length)
 {
-    uint64_t offset = addr - rkey->geom.base; /* wraps when addr < base */
+    uint64_t offset = addr - rkey->win_base; /* wraps when addr < base */
 
-    if (ucs_likely((offset <= rkey->geom.length) &&
-                   (length <= rkey->geom.length - offset))) {
+    if (ucs_likely((offset <= rkey->win_length) &&
+                   (length <= rkey->win_length - offset))) {
         return 1;
     }
 
     ucs_error("span: remote access [0x%" PRIx64 ", +%zu) is outside the "
-              "registered extent [0x%" PRIx64 ", +%" PRIu64 ") of rkey %p",
-              addr, length, rkey->geom.base, rkey->geom.length, rkey);
+              "registered extent [0x%" PRIx64 ", +%" PRIu64 ") of rkey %p "
+              "(units [0x%" PRIx64 ", +%" PRIu64 "))", addr, length,
+              rkey->win_base, rkey->win_length, rkey, rkey->geom.base,
+              rkey->geom.length);
     return 0;
 }
 

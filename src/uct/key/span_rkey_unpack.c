@@ -156,7 +156,6 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
         return UCS_ERR_NO_MEMORY;
     }
 
-    rkey->geom            = desc.geom;
     rkey->inner_component = inner_component;
     rkey->num_inner       = num_inner;
     status                = span_rkey_keys(&desc, num_inner, &keys);
@@ -175,8 +174,7 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
         return status;
     }
 
-    rkey->whole_length = ((desc.geom.num_chunks == 1) && (rkey->vmm == NULL)) ?
-                         desc.geom.length : 0;
+    span_rkey_init(rkey, &desc);
     *rkey_p   = (uintptr_t)rkey;
     *handle_p = NULL;
     return UCS_OK;
@@ -251,6 +249,12 @@ ucs_status_t span_rkey_compare(uct_component_t *component,
     }
     if (*result == 0) {
         *result = span_rkey_cmp_u64(a->geom.length, b->geom.length);
+    }
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->win_base, b->win_base);
+    }
+    if (*result == 0) {
+        *result = span_rkey_cmp_u64(a->win_length, b->win_length);
     }
     if (*result == 0) {
         *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);

@@ -66,7 +66,9 @@ typedef struct span_memh {
     uint64_t          magic;      /* SPAN_MEMH_MAGIC */
     uint32_t          num_inner;  /* 0 where the inner MD does not register */
     span_registry_entry_t entry;  /* owner NULL: not shared (mem_alloc) */
-    span_chunk_geom_t geom;
+    span_chunk_geom_t geom;       /* the units and chunks registered */
+    uint64_t          win_base;   /* the range registered: what its first */
+    uint64_t          win_length; /* request asked for, or widened to */
     uint8_t           rkey_size;
     uint8_t           rkey[SPAN_RKEY_MAX_SIZE]; /* packed once, at reg */
     int               spilled;    /* the keys are in the spill slot */

@@ -164,6 +164,8 @@ ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
     uct_md_mkey_pack_params_t params = {.field_mask = 0};
     span_rkey_desc_t desc = {.component_id = smd->inner_id,
                              .geom         = memh->geom,
+                             .win_base     = memh->win_base,
+                             .win_length   = memh->win_length,
                              .key_size     = K};
     uint64_t start, length;
     ucs_status_t status;
@@ -214,7 +216,9 @@ out:
 ucs_status_t span_memh_seal_exported(span_md_t *smd, span_memh_t *memh)
 {
     span_rkey_desc_t desc = {.component_id = smd->inner_id,
-                             .geom         = memh->geom};
+                             .geom         = memh->geom,
+                             .win_base     = memh->win_base,
+                             .win_length   = memh->win_length};
     ucs_status_t status;
     size_t rkey_size;
 
@@ -287,7 +291,12 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
             return status;
         }
     }
-    status = span_rkey_pack(buffer, smd->rkey_packed_size, &desc, key, &size);
+    if ((address != NULL) && (length != SIZE_MAX) && (length != 0)) {
+        desc.win_base   = (uintptr_t)address;
+        desc.win_length = length;
+    }
+    status = span_rkey_pack(buffer, smd->rkey_packed_size, &desc, key,
+                            &size);
     if (status == UCS_OK) {
         memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0,
                smd->rkey_packed_size - size);
@@ -295,38 +304,54 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
     return status;
 }
 
-/*
- * A registration of device memory covers whole units (span_md_extent), and
- * every buffer inside them shares it; UCP packs a key per memh of its own,
- * for the range it registered. Where the registration is one chunk of
- * inner keys, the key names that range alone: the inner key names the unit
- * whatever extent the span rkey declares, and an access past what the user
- * registered is refused, not served from the rest of the allocation. Keys
- * of several chunks, spilled, or of span's VMM units (whose geometry is
- * the units') cover the units. 1 where packed.
- */
-static int span_md_pack_window(span_md_t *smd, const span_memh_t *smem,
-                               void *address, size_t length, void *buffer)
+/* A request for exactly one unit of device memory is what UCP 1.22 makes of
+ * a buffer over several VMM handles (span_md_vmm_widen): it names the
+ * units from it on, as far as a registration of it would be widened */
+static int span_md_pack_widens(const span_md_t *smd, const span_memh_t *smem,
+                               uint64_t start, uint64_t length,
+                               uint64_t *length_p)
 {
-    uint64_t start = (uintptr_t)address;
-    span_rkey_desc_t desc;
-    size_t size;
+    const span_chunk_geom_t *geom = &smem->geom;
+    uint64_t end                  = geom->base + geom->length;
 
-    if ((smem->geom.num_chunks != 1) || smem->spilled ||
-        (smem->vmm_exports != NULL) || (smem->entry.identity == 0) ||
-        (address == NULL) || (length == 0) || (length == SIZE_MAX) ||
-        (start < smem->geom.base) ||
-        (length > smem->geom.length - (start - smem->geom.base)) ||
-        ((start == smem->geom.base) && (length == smem->geom.length)) ||
-        (span_rkey_parse(smem->rkey, smem->rkey_size, &desc) != UCS_OK) ||
-        (desc.key_size == 0) || desc.span_vmm ||
-        (span_chunk_plan(&desc.geom, start, length, 0, 0, 0) != UCS_OK) ||
-        (span_rkey_pack(buffer, smd->rkey_packed_size, &desc, desc.key0,
-                        &size) != UCS_OK)) {
+    if ((smd->widen.max_bytes == 0) || (smem->entry.identity == 0) ||
+        (geom->unit_size == 0) ||
+        (((start - geom->unit_origin) % geom->unit_size) != 0) ||
+        (length != ucs_min(geom->unit_size, end - start))) {
         return 0;
     }
-    memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0, smd->rkey_packed_size - size);
+    *length_p = ucs_min(end - start, smd->widen.max_bytes);
+    *length_p = ucs_min(*length_p,
+                        (uint64_t)smd->widen.max_units * geom->unit_size);
     return 1;
+}
+
+/*
+ * The range a key serves. A registration covers whole units and chunks
+ * (device memory: the physical units under the request, span_md_extent),
+ * and every request inside them shares it; UCP packs a key per memh of its
+ * own, for the range it registered, which is the only one the key serves.
+ * A range the caller does not name, or names outside the registration (no
+ * range of its own), is the one the registration was made for.
+ */
+static void span_md_pack_range(const span_md_t *smd, const span_memh_t *smem,
+                               void *address, size_t length,
+                               uint64_t *base_p, uint64_t *length_p)
+{
+    uint64_t start = (uintptr_t)address;
+
+    *base_p   = smem->win_base;
+    *length_p = smem->win_length;
+    if ((address == NULL) || (length == 0) || (length == SIZE_MAX) ||
+        (start < smem->geom.base) ||
+        (start - smem->geom.base >= smem->geom.length) ||
+        (length > smem->geom.length - (start - smem->geom.base))) {
+        return;
+    }
+    *base_p = start;
+    if (!span_md_pack_widens(smd, smem, start, length, length_p)) {
+        *length_p = length;
+    }
 }
 
 ucs_status_t
@@ -335,6 +360,7 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
 {
     span_md_t *smd    = (span_md_t*)md;
     span_memh_t *smem = memh;
+    uint64_t base, range;
 
     if ((params->field_mask & UCT_MD_MKEY_PACK_FIELD_FLAGS) &&
         (params->flags & (UCT_MD_MKEY_PACK_FLAG_EXPORT |
@@ -359,12 +385,13 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
                   smem->geom.base, smem->geom.length);
         return UCS_ERR_INVALID_ADDR;
     }
-    if (span_md_pack_window(smd, smem, address, length, buffer)) {
-        return UCS_OK;
-    }
     /* UCP sends all of rkey_packed_size, from a buffer it does not clear */
     memcpy(buffer, smem->rkey, smem->rkey_size);
     memset(UCS_PTR_BYTE_OFFSET(buffer, smem->rkey_size), 0,
            smd->rkey_packed_size - smem->rkey_size);
-    return UCS_OK;
+    span_md_pack_range(smd, smem, address, length, &base, &range);
+    if ((base == smem->win_base) && (range == smem->win_length)) {
+        return UCS_OK;
+    }
+    return span_rkey_set_window(buffer, smem->rkey_size, base, range);
 }

@@ -103,18 +103,19 @@ typedef struct span_md_extent {
     uint64_t unit_origin;
     uint64_t unit_size;
     uint64_t identity;   /* 0 for host memory */
+    uint64_t win_base;   /* the range registered: the request's, or what */
+    uint64_t win_length; /* span widened it to */
 } span_md_extent_t;
 
 /* A request for exactly one VMM handle is what UCP makes of a buffer over
  * several with its defaults (span_cuda_widen): the registration covers the
  * handles mapped after it, so that ops past the first one are served */
-static void span_md_vmm_widen(span_md_t *smd, void *address, size_t length,
-                              span_cuda_extent_t *cuda)
+static int span_md_vmm_widen(span_md_t *smd, void *address, size_t length,
+                             span_cuda_extent_t *cuda)
 {
-    if ((smd->widen.max_bytes != 0) && (cuda->num_units == 1) &&
-        ((uintptr_t)address == cuda->base) && (length == cuda->length)) {
-        span_cuda_widen(smd->cuda, cuda, &smd->widen);
-    }
+    return (smd->widen.max_bytes != 0) && (cuda->num_units == 1) &&
+           ((uintptr_t)address == cuda->base) && (length == cuda->length) &&
+           (span_cuda_widen(smd->cuda, cuda, &smd->widen) > 0);
 }
 
 static ucs_status_t span_md_extent(span_md_t *smd, void *address,
@@ -124,6 +125,8 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
     span_cuda_extent_t cuda;
     ucs_status_t status;
 
+    ext->win_base   = (uintptr_t)address;
+    ext->win_length = length;
     if ((mtype != smd->dev_mem_type) || (smd->cuda == NULL) ||
         span_md_rocm_unknown(smd, mtype, address)) {
         ext->base        = (uintptr_t)address;
@@ -140,7 +143,9 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
                   "%s", smd, address, length, ucs_status_string(status));
         return status;
     }
-    span_md_vmm_widen(smd, address, length, &cuda);
+    if (span_md_vmm_widen(smd, address, length, &cuda)) {
+        ext->win_length = cuda.length;
+    }
     ext->base        = cuda.base;
     ext->length      = cuda.length;
     ext->unit_origin = cuda.base;
@@ -362,7 +367,9 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
         return UCS_ERR_NO_MEMORY;
     }
 
-    memh->geom = geom;
+    memh->geom       = geom;
+    memh->win_base   = ext.win_base;
+    memh->win_length = ext.win_length;
     for (i = 0; i < memh->num_inner; ++i) {
         status = span_md_chunk_reg(smd, memh, i, params);
         if (status != UCS_OK) {
@@ -436,6 +443,8 @@ ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
 
     status = span_chunk_plan(&memh->geom, (uintptr_t)*address_p, *length_p,
                              0, 0, 0);
+    memh->win_base   = memh->geom.base;
+    memh->win_length = memh->geom.length;
     if (status == UCS_OK) {
         status = span_memh_seal(smd, memh, mem_type);
     }

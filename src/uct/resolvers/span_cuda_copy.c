@@ -27,6 +27,7 @@ typedef struct span_cuda_copy_desc {
     int               device;
     uint64_t          seq;
     uct_completion_t *comp;
+    ucs_status_t      status; /* reported once the event passed */
 } span_cuda_copy_desc_t;
 
 /* A flush that waits for the copies queued before it */
@@ -165,15 +166,17 @@ static span_cuda_copy_desc_t *span_cuda_copy_desc_get(span_cuda_copy_t *copy,
 }
 
 /* Queues the element copies and the event after them, in the current
- * context (the device's) */
+ * context (the device's); *queued_p tells how many copies the stream took
+ * (where one is refused, those before it still run) */
 static ucs_status_t span_cuda_copy_issue(CUstream stream,
                                          span_cuda_copy_desc_t *desc,
                                          int is_put, const uct_iov_t *iov,
-                                         size_t iovcnt, uint8_t *remote)
+                                         size_t iovcnt, uint8_t *remote,
+                                         size_t *queued_p)
 {
     CUresult res = CUDA_SUCCESS;
+    size_t i, j, queued = 0;
     uint8_t *local;
-    size_t i, j;
 
     for (i = 0; (i < iovcnt) && (res == CUDA_SUCCESS); ++i) {
         for (j = 0; (j < iov[i].count) && (res == CUDA_SUCCESS); ++j) {
@@ -182,18 +185,24 @@ static ucs_status_t span_cuda_copy_issue(CUstream stream,
                     (CUdeviceptr)(is_put ? remote : local),
                     (CUdeviceptr)(is_put ? local : remote), iov[i].length,
                     stream);
+            queued += (res == CUDA_SUCCESS);
             remote += iov[i].length;
         }
     }
+    *queued_p = queued;
     if (res != CUDA_SUCCESS) {
-        ucs_error("span cuda copy: %s of %zu bytes at %p failed: %d",
-                  is_put ? "put" : "get", iov[i - 1].length,
-                  iov[i - 1].buffer, res);
+        ucs_error("span cuda copy: %s of %zu bytes at %p failed: %d (%zu "
+                  "copies of its op queued before)", is_put ? "put" : "get",
+                  iov[i - 1].length, iov[i - 1].buffer, res, queued);
+        if (queued == 0) {
+            return UCS_ERR_IO_ERROR;
+        }
     }
     /* the event also follows copies queued before a failed one */
     if (span_libcuda.cuEventRecord(desc->event, stream) != CUDA_SUCCESS) {
         ucs_error("span cuda copy: cannot record an event after a copy");
         span_libcuda.cuStreamSynchronize(stream);
+        *queued_p = 0;
         return UCS_ERR_IO_ERROR;
     }
     return (res == CUDA_SUCCESS) ? UCS_INPROGRESS : UCS_ERR_IO_ERROR;
@@ -206,8 +215,8 @@ ucs_status_t span_cuda_copy_post(span_cuda_copy_t *copy,
 {
     span_cuda_copy_desc_t *desc;
     CUcontext cur = NULL, ctx;
+    size_t i, length, queued;
     ucs_status_t status;
-    size_t i, length;
     int device;
 
     for (i = 0, length = 0; i < iovcnt; ++i) {
@@ -230,21 +239,26 @@ ucs_status_t span_cuda_copy_post(span_cuda_copy_t *copy,
         span_libcuda.cuCtxPushCurrent(ctx);
     }
     status = span_cuda_copy_issue(copy->dev[device].stream, desc, is_put,
-                                  iov, iovcnt, remote);
+                                  iov, iovcnt, remote, &queued);
     if (cur != ctx) {
         span_libcuda.cuCtxPopCurrent(&ctx);
     }
-    if (status == UCS_ERR_IO_ERROR) {
-        desc->comp = NULL; /* the copies before the failed one are tracked */
-    } else if (status != UCS_INPROGRESS) {
+    if (queued == 0) {
         ucs_list_add_tail(&copy->dev[device].pool, &desc->list);
         return status;
-    } else {
-        desc->comp = comp;
     }
-    desc->seq = ++copy->posted;
+    /* an op that failed still owns its buffers while the copies it queued
+     * run: its error is reported once they have, never before */
+    desc->status = (status == UCS_INPROGRESS) ? UCS_OK : status;
+    desc->comp   = comp;
+    desc->seq    = ++copy->posted;
     ucs_list_add_tail(&copy->active, &desc->list);
-    return status;
+    if ((status != UCS_INPROGRESS) && (comp == NULL)) {
+        /* nothing to report it through later: wait here */
+        span_libcuda.cuEventSynchronize(desc->event);
+        return status;
+    }
+    return UCS_INPROGRESS;
 }
 
 unsigned span_cuda_copy_progress(span_cuda_copy_t *copy)
@@ -261,7 +275,7 @@ unsigned span_cuda_copy_progress(span_cuda_copy_t *copy)
         if (res == CUDA_ERROR_NOT_READY) {
             break;
         }
-        status = UCS_OK;
+        status = desc->status;
         if (res != CUDA_SUCCESS) {
             ucs_error("span cuda copy: a copy on device %d failed: %d",
                       desc->device, res);

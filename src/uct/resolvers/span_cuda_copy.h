@@ -28,7 +28,10 @@ void span_cuda_copy_destroy(span_cuda_copy_t *copy);
 /* Queues the copies of every iov element to or from remote, an address in
  * map (contiguous, element after element); UCS_INPROGRESS, comp (may be
  * NULL) completed from span_cuda_copy_progress. UCS_OK where nothing moves;
- * an error where nothing was queued or a copy was refused (logged) */
+ * an error where nothing was queued. Where a copy is refused (logged) after
+ * others were queued, the op still owns its buffers until they ran: comp
+ * completes then with the error, or without comp the post waits for them
+ * and returns it */
 ucs_status_t span_cuda_copy_post(span_cuda_copy_t *copy,
                                  span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,

@@ -23,6 +23,7 @@ typedef struct span_rocm_copy_desc {
     hsa_signal_t      signal;
     uint64_t          seq;
     uct_completion_t *comp;
+    ucs_status_t      status; /* reported once every queued copy ran */
 } span_rocm_copy_desc_t;
 
 /* A flush that waits for the ops queued before it */
@@ -110,11 +111,13 @@ static ucs_status_t span_rocm_copy_local(const void *local,
 }
 
 /* Queues the element copies on the op's signal, set to their number; where
- * one is refused, the signal is brought down by those never queued */
+ * one is refused, the signal is brought down by those never queued, and
+ * *queued_p tells how many still run */
 static ucs_status_t span_rocm_copy_issue(span_rocm_copy_desc_t *desc,
                                          hsa_agent_t agent, int is_put,
                                          const uct_iov_t *iov, size_t iovcnt,
-                                         uint8_t *remote, size_t copies)
+                                         uint8_t *remote, size_t copies,
+                                         size_t *queued_p)
 {
     hsa_status_t res = HSA_STATUS_SUCCESS;
     size_t i, j, queued = 0;
@@ -134,14 +137,24 @@ static ucs_status_t span_rocm_copy_issue(span_rocm_copy_desc_t *desc,
             remote += iov[i].length;
         }
     }
+    *queued_p = queued;
     if (res == HSA_STATUS_SUCCESS) {
         return UCS_INPROGRESS;
     }
-    ucs_error("span rocm copy: %s of %zu bytes at %p failed: 0x%x",
-              is_put ? "put" : "get", iov[i - 1].length, iov[i - 1].buffer,
-              res);
+    ucs_error("span rocm copy: %s of %zu bytes at %p failed: 0x%x (%zu of "
+              "its op's %zu copies queued)", is_put ? "put" : "get",
+              iov[i - 1].length, iov[i - 1].buffer, res, queued, copies);
     span_librocm.hsa_signal_subtract_screlease(desc->signal, copies - queued);
     return UCS_ERR_IO_ERROR;
+}
+
+/* Waits until the copies of the op have run */
+static void span_rocm_copy_wait(span_rocm_copy_desc_t *desc)
+{
+    while (span_librocm.hsa_signal_wait_scacquire(
+                   desc->signal, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX,
+                   HSA_WAIT_STATE_BLOCKED) > 0) {
+    }
 }
 
 ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
@@ -150,7 +163,7 @@ ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
                                  uint8_t *remote, uct_completion_t *comp)
 {
     span_rocm_copy_desc_t *desc;
-    size_t i, copies = 0;
+    size_t i, queued, copies = 0;
     ucs_status_t status;
     hsa_agent_t agent;
     int device;
@@ -174,12 +187,23 @@ ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
         return UCS_ERR_NO_MEMORY;
     }
     status = span_rocm_copy_issue(desc, agent, is_put, iov, iovcnt, remote,
-                                  copies);
-    /* the copies queued before a refused one are tracked, their op not */
-    desc->comp = (status == UCS_INPROGRESS) ? comp : NULL;
-    desc->seq  = ++copy->posted;
+                                  copies, &queued);
+    if (queued == 0) {
+        ucs_list_add_tail(&copy->pool, &desc->list);
+        return status;
+    }
+    /* an op that failed still owns its buffers while the copies it queued
+     * run: its error is reported once they have, never before */
+    desc->status = (status == UCS_INPROGRESS) ? UCS_OK : status;
+    desc->comp   = comp;
+    desc->seq    = ++copy->posted;
     ucs_list_add_tail(&copy->active, &desc->list);
-    return status;
+    if ((status != UCS_INPROGRESS) && (comp == NULL)) {
+        /* nothing to report it through later: wait here */
+        span_rocm_copy_wait(desc);
+        return status;
+    }
+    return UCS_INPROGRESS;
 }
 
 unsigned span_rocm_copy_progress(span_rocm_copy_t *copy)
@@ -197,7 +221,7 @@ unsigned span_rocm_copy_progress(span_rocm_copy_t *copy)
         copy->done = desc->seq;
         ucs_list_add_tail(&copy->pool, &desc->list);
         if (desc->comp != NULL) {
-            span_completion_invoke(desc->comp, UCS_OK);
+            span_completion_invoke(desc->comp, desc->status);
         }
         ++count;
     }
@@ -224,10 +248,7 @@ static void span_rocm_copy_drain(span_rocm_copy_t *copy)
     span_rocm_copy_desc_t *desc;
 
     ucs_list_for_each(desc, &copy->active, list) {
-        while (span_librocm.hsa_signal_wait_scacquire(
-                       desc->signal, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX,
-                       HSA_WAIT_STATE_BLOCKED) > 0) {
-        }
+        span_rocm_copy_wait(desc);
     }
     span_rocm_copy_progress(copy);
 }

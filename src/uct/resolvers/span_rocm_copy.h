@@ -28,7 +28,10 @@ void span_rocm_copy_destroy(span_rocm_copy_t *copy);
  * map (contiguous, element after element), by the device of the local
  * buffer; UCS_INPROGRESS, comp (may be NULL) completed from
  * span_rocm_copy_progress. UCS_OK where nothing moves; an error where
- * nothing was queued or a copy was refused (logged) */
+ * nothing was queued. Where a copy is refused (logged) after others were
+ * queued, the op still owns its buffers until they ran: comp completes
+ * then with the error, or without comp the post waits for them and returns
+ * it */
 ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
                                  span_vmm_map_t *map, int is_put,
                                  const uct_iov_t *iov, size_t iovcnt,

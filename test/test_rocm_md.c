@@ -1,0 +1,76 @@
+/*
+ * A twin MD of rocm_ipc on the emulated runtime (test_rocm_md.h): the
+ * fields span_md_open would set, and the registration span_md_mem_reg
+ * makes of VMM units rocm_ipc cannot share.
+ */
+#include "test_rocm_md.h"
+
+#include "md/span_md_pack.h"
+#include "resolvers/span_rocm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct test_rocm_md {
+    span_md_t   md;
+    span_memh_t *memh;
+};
+
+static uct_component_t test_rocm_component = {
+    .name = SPAN_ROCM_IPC_COMPONENT
+};
+
+/* No handle of the inner MD's own here (span_md_inner.c needs UCX's
+ * internals, which this test does not load) */
+ucs_status_t span_md_inner_find(span_md_inner_t *wrap, uct_mem_h memh,
+                                uint64_t *base_p, uint64_t *length_p)
+{
+    return UCS_ERR_NO_ELEM;
+}
+
+ucs_status_t test_rocm_md_pack(void *address, size_t length, void *rkey_buf,
+                               test_rocm_md_t **md_p)
+{
+    uct_md_mkey_pack_params_t params = {.field_mask = 0};
+    test_rocm_md_t *t = calloc(1, sizeof(*t));
+    span_md_t *smd    = &t->md;
+    span_cuda_extent_t ext;
+    ucs_status_t status;
+
+    smd->inner_component  = &test_rocm_component;
+    smd->inner_id         = span_rkey_component_id(SPAN_ROCM_IPC_COMPONENT);
+    smd->rkey_packed_size = SPAN_RKEY_MAX_SIZE;
+    smd->cuda             = span_rocm_driver();
+    smd->dev_mem_type     = UCS_MEMORY_TYPE_ROCM;
+    smd->vmm_export_ops   = span_rocm_vmm_export_ops;
+    smd->spill            = UCS_TRY;
+    t->memh               = calloc(1, sizeof(*t->memh));
+    t->memh->magic        = SPAN_MEMH_MAGIC;
+    *md_p                 = t;
+
+    status = span_cuda_resolve(smd->cuda, (uintptr_t)address, length, &ext);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = span_chunk_plan_from(&t->memh->geom, ext.base, ext.length,
+                                  ext.base, ext.unit_size, 0, 0);
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* the range registered, as span_md_mem_reg notes it */
+    t->memh->win_base   = (uintptr_t)address;
+    t->memh->win_length = length;
+    status = span_memh_seal_exported(smd, t->memh);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return span_md_mkey_pack(&smd->super, t->memh, address, length, &params,
+                             rkey_buf);
+}
+
+void test_rocm_md_free(test_rocm_md_t *t)
+{
+    span_memh_unpublish(t->memh);
+    free(t->memh);
+    free(t);
+}

@@ -556,7 +556,7 @@ TEST(span_rkey_peer, a_key_smaller_than_the_local_twins_pack_is_read_to_its_end)
 
     /* a size that holds no header */
     auto bad = key;
-    bad[38] = SPAN_RKEY_HDR_SIZE - 1; /* the packed size */
+    bad[SPAN_RKEY_SIZE_OFFSET] = SPAN_RKEY_HDR_SIZE - 1;
     reseal_header(bad);
     guarded_buffer small(bad, packed);
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, span_rkey_parse_peer(small.p, &desc));

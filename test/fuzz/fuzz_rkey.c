@@ -202,7 +202,7 @@ static void span_fuzz_peer(const uint8_t *data, size_t size)
     if (!(data[0] & SPAN_FUZZ_OWN_ID)) {
         memcpy(buf + 4, &id, sizeof(id));
     }
-    buf[SPAN_RKEY_HDR_SUM_OFFSET - 1] = packed_size; /* the size field */
+    buf[SPAN_RKEY_SIZE_OFFSET] = packed_size;
     if (!(data[0] & SPAN_FUZZ_KEEP_SUMS)) {
         span_fuzz_reseal(buf, packed_size);
     }

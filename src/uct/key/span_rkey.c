@@ -120,7 +120,6 @@
 #include <pthread.h>
 #include <string.h>
 
-#define SPAN_RKEY_SIZE_OFFSET    38
 /* win_offset, then win_length */
 #define SPAN_RKEY_WINDOW_OFFSET  39
 #define SPAN_RKEY_SPILL_SIZE     44

@@ -19,7 +19,9 @@
 
 #define SPAN_RKEY_VERSION     5
 #define SPAN_RKEY_HDR_SIZE    63
-/* Where the header's checksums lie (span_rkey.c) */
+/* Where the exporter's packed size and the header's checksums lie
+ * (span_rkey.c) */
+#define SPAN_RKEY_SIZE_OFFSET    38
 #define SPAN_RKEY_HDR_SUM_OFFSET 55
 #define SPAN_RKEY_SUM_OFFSET     59
 /* UCP stores each MD's packed rkey size in one byte */

@@ -40,34 +40,10 @@
 #define SPAN_NVML_TRIES                10
 #define SPAN_NVML_RETRY_USEC           20000
 
-/* nvmlFieldValue_t */
-typedef struct {
-    unsigned  field_id;
-    unsigned  scope_id;
-    long long timestamp;
-    long long latency_usec;
-    int       value_type;
-    int       nvml_return;
-    union {
-        double             d;
-        unsigned           ui;
-        unsigned long long ull;
-    } value;
-} span_nvml_field_value_t;
-
-typedef struct {
-    int (*init)(void);
-    int (*device_by_index)(unsigned index, void **device);
-    int (*field_values)(void *device, int count,
-                        span_nvml_field_value_t *values);
-    int (*link_state)(void *device, unsigned link, int *active);
-    const char *(*error_string)(int result);
-} span_nvml_t;
-
 static pthread_once_t span_nvml_once = PTHREAD_ONCE_INIT;
 static unsigned       span_nvml_links;
 
-static int span_nvml_load(void *lib, span_nvml_t *nvml)
+static int span_nvml_load(void *lib, span_nvml_ops_t *nvml)
 {
     nvml->init            = dlsym(lib, "nvmlInit_v2");
     nvml->device_by_index = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
@@ -80,7 +56,7 @@ static int span_nvml_load(void *lib, span_nvml_t *nvml)
 }
 
 /* Active links of GPU 0 in *active_p; an error where NVML failed */
-static ucs_status_t span_nvml_count(const span_nvml_t *nvml,
+static ucs_status_t span_nvml_count(const span_nvml_ops_t *nvml,
                                     unsigned *active_p)
 {
     span_nvml_field_value_t count;
@@ -126,8 +102,8 @@ static ucs_status_t span_nvml_count(const span_nvml_t *nvml,
 static void span_nvml_probe(void)
 {
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    span_nvml_t nvml;
-    int res, tries;
+    span_nvml_ops_t nvml;
+    int res;
 
     if (lib == NULL) {
         ucs_debug("span nvml: no NVML: %s", dlerror());
@@ -135,22 +111,32 @@ static void span_nvml_probe(void)
     }
     if (!span_nvml_load(lib, &nvml)) {
         ucs_debug("span nvml: libnvidia-ml.so.1 lacks a call span needs");
+        dlclose(lib);
         return;
     }
     if ((res = nvml.init()) != SPAN_NVML_SUCCESS) {
         ucs_debug("span nvml: no NVML: %s", nvml.error_string(res));
+        dlclose(lib);
         return;
     }
-    for (tries = 1; span_nvml_count(&nvml, &span_nvml_links) != UCS_OK;
-         ++tries) {
+    /* NVML stays loaded and initialised: UCX's cuda modules use it too */
+    span_nvml_links = span_nvml_links_of(&nvml);
+}
+
+unsigned span_nvml_links_of(const span_nvml_ops_t *nvml)
+{
+    unsigned links;
+    int tries;
+
+    for (tries = 1; span_nvml_count(nvml, &links) != UCS_OK; ++tries) {
         if (tries == SPAN_NVML_TRIES) {
             ucs_diag("span nvml: GPU 0: NVML failed %d times: cuda_ipc+ "
                      "offers get zero-copy as cuda_ipc does", tries);
-            return;
+            return 0;
         }
         usleep(SPAN_NVML_RETRY_USEC);
     }
-    /* NVML stays loaded and initialised: UCX's cuda modules use it too */
+    return links;
 }
 
 unsigned span_nvml_nvlinks(void)

@@ -5,6 +5,36 @@
 #ifndef SPAN_NVML_H_
 #define SPAN_NVML_H_
 
+/* nvmlFieldValue_t */
+typedef struct span_nvml_field_value {
+    unsigned  field_id;
+    unsigned  scope_id;
+    long long timestamp;
+    long long latency_usec;
+    int       value_type;
+    int       nvml_return;
+    union {
+        double             d;
+        unsigned           ui;
+        unsigned long long ull;
+    } value;
+} span_nvml_field_value_t;
+
+/* The NVML calls span makes (a test passes scripted ones) */
+typedef struct span_nvml_ops {
+    int (*init)(void);
+    int (*device_by_index)(unsigned index, void **device);
+    int (*field_values)(void *device, int count,
+                        span_nvml_field_value_t *values);
+    int (*link_state)(void *device, unsigned link, int *active);
+    const char *(*error_string)(int result);
+} span_nvml_ops_t;
+
+/* Active NVLinks of GPU 0 through initialised NVML calls, the probe tried
+ * again a bounded number of times where a call fails; 0 where it always
+ * does */
+unsigned span_nvml_links_of(const span_nvml_ops_t *nvml);
+
 /* Active NVLinks of GPU 0 (cuda_ipc assumes a uniform node, and so does
  * the twin); 0 where NVML or the driver is missing. Asked once a process */
 unsigned span_nvml_nvlinks(void);

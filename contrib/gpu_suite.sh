@@ -294,8 +294,9 @@ fresh() { # TLS LOGLEVEL PAIRS TL
               "$perftest" 127.0.0.1 -p "$port" -t ucp_get -m cuda \
               -s $((16 << 20)) -n 20 2>&1) || failed=$((failed + 1))
         wait
-        if echo "$out" | proto_rows | grep -E 'by ucp_get.*cuda/' |
-                grep -qE "zero-copy ${4//+/\\+}/"; then
+        # grep -q would end the pipe early: pipefail would count a SIGPIPE
+        if [ "$(proto_rows <<< "$out" | grep -E 'by ucp_get.*cuda/' |
+                grep -cE "zero-copy ${4//+/\\+}/")" -gt 0 ]; then
             ok=$((ok + 1))
         else
             off=$((off + 1))
@@ -304,9 +305,9 @@ fresh() { # TLS LOGLEVEL PAIRS TL
               echo "$out" | grep -iE 'nvml|nvlink|remote end' | sort |
                   uniq -c | head -8; } | sed 's/^/    off: /' >&2
         fi
-        echo "$out" | grep -q 'get zcopy disabled as no nvlinks' &&
+        grep -q 'get zcopy disabled as no nvlinks' <<< "$out" &&
             noprobe=$((noprobe + 1))
-        echo "$out" | grep -q 'get zero-copy on: GPU 0 has' &&
+        grep -q 'get zero-copy on: GPU 0 has' <<< "$out" &&
             turned=$((turned + 1))
     done
     echo "| $1 | $2 | $3 | $ok | $off | $failed | $noprobe | $turned |"

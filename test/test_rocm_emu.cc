@@ -19,6 +19,7 @@ extern "C" {
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -570,6 +571,101 @@ TEST_F(rocm_emu, vmm_export_import_across_processes)
                                             0))
             << "a handle not made for POSIX fds";
     none.unmap();
+}
+
+/* The ranges UCX 1.22's scan of /proc/self/maps reports as memory of an
+ * unknown type (ucm_rocm_scan_regions_cb, at its first lookup): a line is
+ * taken where it has no access at all, or its path starts with "/dev/dri" */
+std::vector<std::pair<uint64_t, uint64_t>> ucx_rocm_maps_scan()
+{
+    static const char pattern[] = "/dev/dri";
+    std::vector<std::pair<uint64_t, uint64_t>> found;
+    char line[4096], prot_c[4];
+    unsigned long start, end;
+    FILE *maps = fopen("/proc/self/maps", "r");
+    int n;
+
+    EXPECT_NE(nullptr, maps);
+    while ((maps != nullptr) && (fgets(line, sizeof(line), maps) != nullptr)) {
+        line[strcspn(line, "\n")] = '\0';
+        n = 0;
+        if (sscanf(line, "%lx-%lx %4c %*x %*x:%*x %*d %n", &start, &end,
+                   prot_c, &n) < 3) {
+            continue;
+        }
+        bool access = (prot_c[0] == 'r') || (prot_c[1] == 'w') ||
+                      (prot_c[2] == 'x');
+        if (!access || !strncmp(line + n, pattern, sizeof(pattern) - 1)) {
+            found.emplace_back(start, end);
+        }
+    }
+    if (maps != nullptr) {
+        fclose(maps);
+    }
+    return found;
+}
+
+/* Whether the ranges cover [addr, +size) */
+bool covered(const std::vector<std::pair<uint64_t, uint64_t>> &ranges,
+             const void *addr, size_t size)
+{
+    uint64_t cur = (uintptr_t)addr, end = cur + size;
+    bool moved = true;
+
+    while ((cur < end) && moved) {
+        moved = false;
+        for (const auto &r : ranges) {
+            if ((r.first <= cur) && (cur < r.second)) {
+                cur   = r.second;
+                moved = true;
+            }
+        }
+    }
+    return cur >= end;
+}
+
+/* ROCm memory allocated before UCX's first lookup is found by its mapping
+ * of a /dev/dri render node: the emulator's device memory must be found
+ * the same way, or a test passes only where a memory type hint is given */
+TEST_F(rocm_emu, ucx_finds_device_memory_in_proc_self_maps)
+{
+    std::vector<void*> allocs;
+    std::vector<char> pageable(64 * KiB);
+    hsa_amd_ipc_memory_t ipc;
+    vmm_range vmm;
+    void *attached = nullptr;
+
+    if (hsa_emu_dri()[0] == '\0') {
+        GTEST_SKIP() << "device memory is in memfds here (HSA_EMU_DRI_DIR "
+                        "empty, or /dev/dri cannot be written)";
+    }
+    for (int i = 0; i < hsa_emu_gpu_count(); ++i) {
+        allocs.push_back(device_alloc(i, 3 * MiB + 5));
+    }
+    ASSERT_EQ(hipSuccess, hipSetDevice(0));
+    ASSERT_EQ(hipSuccess, vmm.map(0, 64 * KiB, 2));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_create(allocs[0], 3 * MiB + 5, &ipc));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_attach(&ipc, 3 * MiB + 5, 0, nullptr,
+                                        &attached));
+    fill(pageable.data(), pageable.size(), 1); /* its pages exist */
+
+    auto found = ucx_rocm_maps_scan();
+    for (size_t i = 0; i < allocs.size(); ++i) {
+        EXPECT_TRUE(covered(found, allocs[i], 3 * MiB + 5))
+                << "hipMalloc on device " << i << " at " << allocs[i];
+    }
+    EXPECT_TRUE(covered(found, vmm.base, 2 * vmm.unit)) << "a VMM mapping";
+    EXPECT_TRUE(covered(found, attached, 3 * MiB + 5)) << "an IPC attachment";
+    EXPECT_FALSE(covered(found, pageable.data(), pageable.size()))
+            << "pageable host memory is not ROCm memory";
+
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_detach(attached));
+    vmm.unmap();
+    for (void *ptr : allocs) {
+        EXPECT_EQ(hipSuccess, hipFree(ptr));
+    }
 }
 
 TEST_F(rocm_emu, failure_injection)

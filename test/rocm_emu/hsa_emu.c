@@ -29,6 +29,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +43,7 @@
 #define EMU_VMM_MAGIC     0x4d4d56554d4548ull
 #define EMU_MEMFD_POOL    "hsa-emu dev="
 #define EMU_MEMFD_VMM     "hsa-emu-vmm dev="
+#define EMU_DRI_DEFAULT   "/dev/dri"
 #define EMU_FAIL_MAX      16
 
 typedef struct emu_agent {
@@ -62,6 +65,8 @@ typedef struct emu_rec {
     int            device;     /* -1: host */
     int            memfd;      /* POOL, IPC: the memory; else -1 */
     uint64_t       ino;        /* of memfd */
+    uint64_t       agent;      /* LOCKED: where devices see base */
+    int            hip;        /* LOCKED: by hipHostRegister */
     uint64_t       buffer_id;
     void           *user_data;
     hsa_emu_vmm_t  *vmm;       /* VMM: the handle mapped here */
@@ -107,7 +112,8 @@ static struct {
     int             num_gpus;
     emu_agent_t     agents[EMU_GPUS_MAX + 1]; /* [0]: the CPU */
     emu_pool_t      pools[EMU_GPUS_MAX + 1];
-    uint64_t        arena[EMU_GPUS_MAX + 2];  /* GPUs, host pool, VMM */
+    /* GPUs, host pool, VMM, agent addresses of locked memory */
+    uint64_t        arena[EMU_GPUS_MAX + 3];
     uint64_t        arena_size;
     uint64_t        mem_size;                 /* per device */
     uint64_t        used[EMU_GPUS_MAX + 1];
@@ -128,6 +134,9 @@ static struct {
     uint64_t        queued, done;
     uint64_t        copy_delay_us;
     int             fault_returns;
+    int             lock_alias;  /* agent pointers of locked memory differ */
+    char            dri[PATH_MAX]; /* device files live here; "": memfds */
+    unsigned        dri_seq;
     emu_fail_t      fail[EMU_FAIL_MAX];
     unsigned        num_fail;
 } emu = {
@@ -140,6 +149,8 @@ static _Atomic uint64_t emu_next_buffer_id = 1;
 
 #define EMU_ARENA_HOST (emu.num_gpus)
 #define EMU_ARENA_VMM  (emu.num_gpus + 1)
+#define EMU_ARENA_AGENT (emu.num_gpus + 2)
+#define EMU_NUM_ARENAS (emu.num_gpus + 3)
 
 /* ---- failure injection ------------------------------------------------ */
 
@@ -234,6 +245,8 @@ int hsa_emu_set(const char *name, uint64_t value)
         emu.copy_delay_us = value;
     } else if (!strcmp(name, "fault")) {
         emu.fault_returns = (value != 0);
+    } else if (!strcmp(name, "lock_alias") && (emu.num_locked == 0)) {
+        emu.lock_alias = (value != 0);
     } else {
         ret = -1;
     }
@@ -271,6 +284,44 @@ static void emu_atfork_child(void)
     pthread_mutex_init(&emu.lock, NULL);
 }
 
+/*
+ * Where device memory files are made. UCX finds ROCm memory allocated
+ * before its first lookup by scanning /proc/self/maps for paths that
+ * start with "/dev/dri" (ucm/rocm/rocmmem.c), as the real runtime maps
+ * memory through a render node there; a memfd shows as "/memfd:...", so
+ * device memory is a file made and unlinked at once in HSA_EMU_DRI_DIR
+ * (default /dev/dri, made where missing and allowed). Only on tmpfs (as
+ * /dev is): an IPC handle tells memory apart by inode, which tmpfs never
+ * gives twice and a disk file system reuses at once. Where that cannot be,
+ * or HSA_EMU_DRI_DIR is empty, memfds: hsa_emu_dri() tells tests.
+ */
+static void emu_dri_setup(void)
+{
+    const char *dir = getenv("HSA_EMU_DRI_DIR");
+    char probe[PATH_MAX + 64];
+    struct statfs fs;
+    int fd;
+
+    emu.dri[0] = '\0';
+    if (dir == NULL) {
+        dir = EMU_DRI_DEFAULT;
+    } else if (*dir == '\0') {
+        return;
+    }
+    if (((mkdir(dir, 0755) != 0) && (errno != EEXIST)) ||
+        (statfs(dir, &fs) != 0) || (fs.f_type != TMPFS_MAGIC)) {
+        return;
+    }
+    snprintf(probe, sizeof(probe), "%s/hsa-emu probe %d", dir, getpid());
+    fd = open(probe, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return;
+    }
+    unlink(probe);
+    close(fd);
+    snprintf(emu.dri, sizeof(emu.dri), "%s", dir);
+}
+
 static hsa_status_t emu_setup(void)
 {
     const char *gfx = getenv("HSA_EMU_GFX");
@@ -283,6 +334,8 @@ static hsa_status_t emu_setup(void)
     emu.mem_size   = emu_env_u64("HSA_EMU_MEM_SIZE", EMU_MEM_DEFAULT);
     emu.copy_delay_us = emu_env_u64("HSA_EMU_COPY_DELAY_US", 0);
     emu.fault_returns = (emu_env_u64("HSA_EMU_FAULT_RETURNS", 0) != 0);
+    emu.lock_alias    = (emu_env_u64("HSA_EMU_LOCK_ALIAS", 1) != 0);
+    emu_dri_setup();
     if ((emu.num_gpus < 0) || (emu.num_gpus > EMU_GPUS_MAX) ||
         (emu.arena_size % EMU_PAGE) || (emu.arena_size == 0)) {
         fprintf(stderr, "hsa emu: HSA_EMU_GPUS (0-%d) or HSA_EMU_ARENA_SIZE "
@@ -305,7 +358,7 @@ static hsa_status_t emu_setup(void)
         emu.agents[i + 1].type   = HSA_DEVICE_TYPE_GPU;
         emu.pools[i + 1].agent   = &emu.agents[i + 1];
     }
-    for (i = 0; i < emu.num_gpus + 2; ++i) {
+    for (i = 0; i < EMU_NUM_ARENAS; ++i) {
         arena = mmap(NULL, emu.arena_size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (arena == MAP_FAILED) {
@@ -737,12 +790,23 @@ static void emu_release_va(uint64_t base, uint64_t size)
 static int emu_memfd(const char *prefix, int device, uint64_t size,
                      uint64_t *ino_p)
 {
-    char name[64];
+    char name[64], path[PATH_MAX + 128];
     struct stat st;
     int fd;
 
-    snprintf(name, sizeof(name), "%s%d", prefix, device);
-    fd = memfd_create(name, MFD_CLOEXEC);
+    if (emu.dri[0] != '\0') {
+        /* made and unlinked at once: nothing stays in the directory, and
+         * the name (pid, sequence) is this process's alone meanwhile */
+        snprintf(path, sizeof(path), "%s/%s%d %d.%u", emu.dri, prefix,
+                 device, getpid(), emu.dri_seq++);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            unlink(path);
+        }
+    } else {
+        snprintf(name, sizeof(name), "%s%d", prefix, device);
+        fd = memfd_create(name, MFD_CLOEXEC);
+    }
     if (fd < 0) {
         return -1;
     }
@@ -853,6 +917,11 @@ hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
     }
     pthread_mutex_unlock(&emu.lock);
     return range;
+}
+
+const char *hsa_emu_dri(void)
+{
+    return emu.dri;
 }
 
 int hsa_emu_gpu_count(void)
@@ -982,10 +1051,12 @@ hsa_status_t hsa_amd_ipc_memory_create(void *ptr, size_t len,
     EMU_RETURN(HSA_STATUS_SUCCESS);
 }
 
-/* Whether fd is an emulator memfd of prefix; its device */
+/* Whether fd is an emulator memfd, or device file (emu_memfd), of prefix;
+ * its device */
 static int emu_memfd_device(int fd, const char *prefix, int *device_p)
 {
-    char path[64], target[256];
+    char path[64], target[PATH_MAX + 128];
+    const char *name;
     ssize_t n;
     size_t len = strlen(prefix);
 
@@ -995,10 +1066,17 @@ static int emu_memfd_device(int fd, const char *prefix, int *device_p)
         return 0;
     }
     target[n] = '\0';
-    if (strncmp(target, "/memfd:", 7) || strncmp(target + 7, prefix, len)) {
+    if (!strncmp(target, "/memfd:", 7)) {
+        name = target + 7;
+    } else if ((name = strrchr(target, '/')) != NULL) {
+        ++name; /* "<dir>/<prefix><device> <pid>.<seq> (deleted)" */
+    } else {
         return 0;
     }
-    *device_p = atoi(target + 7 + len);
+    if (strncmp(name, prefix, len)) {
+        return 0;
+    }
+    *device_p = atoi(name + len);
     return 1;
 }
 
@@ -1124,7 +1202,7 @@ static int emu_in_any_arena(uint64_t addr)
 {
     int i;
 
-    for (i = 0; i < emu.num_gpus + 2; ++i) {
+    for (i = 0; i < EMU_NUM_ARENAS; ++i) {
         if (emu_in_arena(i, addr)) {
             return 1;
         }

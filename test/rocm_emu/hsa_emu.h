@@ -55,6 +55,11 @@ hsa_emu_range_t hsa_emu_lookup(uint64_t addr);
 
 int hsa_emu_gpu_count(void);
 
+/* The directory device memory files are made in, whose mappings UCX's scan
+ * of /proc/self/maps finds where it starts with "/dev/dri"; "": memfds
+ * (HSA_EMU_DRI_DIR empty, or the directory could not be used) */
+const char *hsa_emu_dri(void);
+
 /* VMM, for the HIP layer: physical handles are memfds of one device */
 typedef struct hsa_emu_vmm hsa_emu_vmm_t;
 

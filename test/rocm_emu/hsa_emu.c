@@ -66,7 +66,7 @@ typedef struct emu_rec {
     int            memfd;      /* POOL, IPC: the memory; else -1 */
     uint64_t       ino;        /* of memfd */
     uint64_t       agent;      /* LOCKED: where devices see base */
-    int            hip;        /* LOCKED: by hipHostRegister */
+    int            hip_device; /* LOCKED: hipHostRegister's device; or -1 */
     uint64_t       buffer_id;
     void           *user_data;
     hsa_emu_vmm_t  *vmm;       /* VMM: the handle mapped here */
@@ -671,6 +671,11 @@ hsa_amd_agent_memory_pool_get_info(hsa_agent_t agent,
 
 /* ---- the memory table ------------------------------------------------- */
 
+static uint64_t emu_round(uint64_t size)
+{
+    return (size + EMU_PAGE - 1) & ~(EMU_PAGE - 1);
+}
+
 static emu_rec_t *emu_find(uint64_t addr)
 {
     size_t i;
@@ -695,6 +700,33 @@ static emu_rec_t *emu_find_locked_host(uint64_t addr)
         }
     }
     return NULL;
+}
+
+/* Locked host memory by the address devices use (its agent pointer) */
+static emu_rec_t *emu_find_locked_agent(uint64_t addr)
+{
+    size_t i;
+
+    for (i = 0; i < emu.num_locked; ++i) {
+        if ((addr >= emu.locked[i].agent) &&
+            (addr - emu.locked[i].agent < emu.locked[i].size)) {
+            return &emu.locked[i];
+        }
+    }
+    return NULL;
+}
+
+/* Where the CPU reaches what a device reaches at addr */
+static void *emu_cpu_addr(const void *addr)
+{
+    const emu_rec_t *rec;
+
+    if (emu_find((uintptr_t)addr) != NULL) {
+        return (void*)addr;
+    }
+    rec = emu_find_locked_agent((uintptr_t)addr);
+    return (rec == NULL) ? (void*)addr :
+           (void*)(rec->base + ((uintptr_t)addr - rec->agent));
 }
 
 static int emu_grow(emu_rec_t **array, size_t count, size_t *max)
@@ -758,14 +790,22 @@ static int emu_place(int arena, uint64_t size, uint64_t align, uint64_t *addr_p)
     if (align < EMU_PAGE) {
         align = EMU_PAGE;
     }
-    list = (arena == EMU_ARENA_VMM) ? emu.resv : emu.recs;
-    n    = (arena == EMU_ARENA_VMM) ? emu.num_resv : emu.num_recs;
+    list = (arena == EMU_ARENA_VMM)   ? emu.resv :
+           (arena == EMU_ARENA_AGENT) ? emu.locked : emu.recs;
+    n    = (arena == EMU_ARENA_VMM)   ? emu.num_resv :
+           (arena == EMU_ARENA_AGENT) ? emu.num_locked : emu.num_recs;
     while (moved) {
         moved = 0;
         cur   = (cur + align - 1) & ~(align - 1);
         for (i = 0; i < n; ++i) {
             base = list[i].base;
             top  = base + list[i].size;
+            if (arena == EMU_ARENA_AGENT) {
+                /* whole pages, and a page apart: a device copy never runs
+                 * from one locked buffer into the next */
+                base = list[i].agent & ~(EMU_PAGE - 1);
+                top  = emu_round(list[i].agent + list[i].size) + EMU_PAGE;
+            }
             if ((list[i].arena == arena) && (base < cur + size) &&
                 (top > cur)) {
                 cur   = (top + align - 1) & ~(align - 1);
@@ -816,11 +856,6 @@ static int emu_memfd(const char *prefix, int device, uint64_t size,
     }
     *ino_p = st.st_ino;
     return fd;
-}
-
-static uint64_t emu_round(uint64_t size)
-{
-    return (size + EMU_PAGE - 1) & ~(EMU_PAGE - 1);
 }
 
 /* ---- allocation ------------------------------------------------------- */
@@ -889,7 +924,8 @@ hsa_status_t hsa_amd_memory_pool_free(void *ptr)
 
 hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
 {
-    hsa_emu_range_t range = {.kind = HSA_EMU_NONE, .device = -1};
+    hsa_emu_range_t range = {.kind = HSA_EMU_NONE, .device = -1,
+                             .hip_device = -1};
     const emu_rec_t *rec;
     size_t i;
 
@@ -897,6 +933,9 @@ hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
     rec = emu_find(addr);
     if (rec == NULL) {
         rec = emu_find_locked_host(addr);
+    }
+    if (rec == NULL) {
+        rec = emu_find_locked_agent(addr);
     }
     if (rec == NULL) {
         for (i = 0; i < emu.num_resv; ++i) {
@@ -914,6 +953,16 @@ hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
         range.buffer_id    = rec->buffer_id;
         range.vmm          = rec->vmm;
         range.handle_types = (rec->vmm != NULL) ? rec->vmm->handle_types : 0;
+        range.host_base    = rec->base;
+        range.agent_base   = rec->base;
+        if (rec->kind == HSA_EMU_LOCKED) {
+            range.agent_base = rec->agent;
+            range.hip_device = rec->hip_device;
+            /* in the address space of addr: host, else agent */
+            if ((addr < rec->base) || (addr - rec->base >= rec->size)) {
+                range.base = rec->agent;
+            }
+        }
     }
     pthread_mutex_unlock(&emu.lock);
     return range;
@@ -953,6 +1002,9 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
         rec = emu_find_locked_host((uintptr_t)ptr);
     }
     if (rec == NULL) {
+        rec = emu_find_locked_agent((uintptr_t)ptr);
+    }
+    if (rec == NULL) {
         out.type             = HSA_EXT_POINTER_TYPE_UNKNOWN;
         out.agentBaseAddress = (void*)ptr;
         out.hostBaseAddress  = (void*)ptr;
@@ -960,7 +1012,9 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
         out.type = (rec->kind == HSA_EMU_IPC)    ? HSA_EXT_POINTER_TYPE_IPC :
                    (rec->kind == HSA_EMU_LOCKED) ? HSA_EXT_POINTER_TYPE_LOCKED :
                                                    HSA_EXT_POINTER_TYPE_HSA;
-        out.agentBaseAddress = (void*)rec->base;
+        /* locked: by its host or its agent pointer alike, both bases */
+        out.agentBaseAddress = (void*)((rec->kind == HSA_EMU_LOCKED) ?
+                                       rec->agent : rec->base);
         out.hostBaseAddress  = (void*)rec->base;
         out.sizeInBytes      = rec->size;
         out.userData         = rec->user_data;
@@ -1192,7 +1246,8 @@ hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents,
         }
     }
     if ((emu_find((uintptr_t)ptr) == NULL) &&
-        (emu_find_locked_host((uintptr_t)ptr) == NULL)) {
+        (emu_find_locked_host((uintptr_t)ptr) == NULL) &&
+        (emu_find_locked_agent((uintptr_t)ptr) == NULL)) {
         EMU_RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
     }
     EMU_RETURN(HSA_STATUS_SUCCESS);
@@ -1210,27 +1265,85 @@ static int emu_in_any_arena(uint64_t addr)
     return 0;
 }
 
+/*
+ * Locks host memory for devices. Where the GPU maps the pages elsewhere in
+ * its own address space (lock_alias, the default), the agent pointer is
+ * in an arena of its own, never mapped for the CPU (a CPU access faults,
+ * as it would on such a GPU's address), and a device reaches the memory
+ * through it only; the copy engine finds the pages behind it.
+ */
+static hsa_status_t emu_lock(void *host_ptr, size_t size, int hip_device,
+                             void **agent_ptr)
+{
+    emu_rec_t rec = {.kind = HSA_EMU_LOCKED, .device = -1, .memfd = -1,
+                     .arena = -1, .hip_device = hip_device};
+    uint64_t offset = (uintptr_t)host_ptr & (EMU_PAGE - 1), page;
+
+    if ((host_ptr == NULL) || (size == 0) || (agent_ptr == NULL) ||
+        emu_in_any_arena((uintptr_t)host_ptr) ||
+        ((uintptr_t)host_ptr + size < (uintptr_t)host_ptr)) {
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    if (emu_grow(&emu.locked, emu.num_locked, &emu.max_locked) != 0) {
+        return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    }
+    rec.base  = (uintptr_t)host_ptr;
+    rec.size  = size;
+    rec.agent = rec.base;
+    if (emu.lock_alias) {
+        if (emu_place(EMU_ARENA_AGENT, emu_round(offset + size) + EMU_PAGE,
+                      EMU_PAGE, &page) != 0) {
+            return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+        }
+        rec.arena = EMU_ARENA_AGENT;
+        rec.agent = page + offset; /* the offset in its page kept */
+    }
+    rec.buffer_id = emu_next_buffer_id++;
+    emu.locked[emu.num_locked++] = rec;
+    *agent_ptr = (void*)rec.agent;
+    return HSA_STATUS_SUCCESS;
+}
+
 hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size,
                                  hsa_agent_t *agents, int num_agent,
                                  void **agent_ptr)
 {
-    emu_rec_t rec = {.kind = HSA_EMU_LOCKED, .device = -1, .memfd = -1,
-                     .arena = -1};
-
     EMU_ENTER("hsa_amd_memory_lock")
-    if ((host_ptr == NULL) || (size == 0) || (agent_ptr == NULL) ||
-        emu_in_any_arena((uintptr_t)host_ptr)) {
-        EMU_RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    EMU_RETURN(emu_lock(host_ptr, size, -1, agent_ptr));
+}
+
+int hsa_emu_host_register(void *host_ptr, size_t size, int device,
+                          void **agent_ptr)
+{
+    hsa_status_t status;
+
+    pthread_mutex_lock(&emu.lock);
+    status = !emu_live() ? HSA_STATUS_ERROR_NOT_INITIALIZED :
+             ((host_ptr != NULL) &&
+              ((emu_find_locked_host((uintptr_t)host_ptr) != NULL) ||
+               (emu_find_locked_host((uintptr_t)host_ptr + size - 1) !=
+                NULL))) ? HSA_STATUS_ERROR_INVALID_ARGUMENT :
+             emu_lock(host_ptr, size, device, agent_ptr);
+    pthread_mutex_unlock(&emu.lock);
+    return (status == HSA_STATUS_SUCCESS) ? 0 : -1;
+}
+
+int hsa_emu_host_unregister(void *host_ptr)
+{
+    int ret = -1;
+    size_t i;
+
+    pthread_mutex_lock(&emu.lock);
+    for (i = 0; i < emu.num_locked; ++i) {
+        if ((emu.locked[i].base == (uintptr_t)host_ptr) &&
+            (emu.locked[i].hip_device >= 0)) {
+            emu.locked[i] = emu.locked[--emu.num_locked];
+            ret = 0;
+            break;
+        }
     }
-    if (emu_grow(&emu.locked, emu.num_locked, &emu.max_locked) != 0) {
-        EMU_RETURN(HSA_STATUS_ERROR_OUT_OF_RESOURCES);
-    }
-    rec.base      = (uintptr_t)host_ptr;
-    rec.size      = size;
-    rec.buffer_id = emu_next_buffer_id++;
-    emu.locked[emu.num_locked++] = rec;
-    *agent_ptr = host_ptr; /* one address space for CPU and GPUs */
-    EMU_RETURN(HSA_STATUS_SUCCESS);
+    pthread_mutex_unlock(&emu.lock);
+    return ret;
 }
 
 hsa_status_t hsa_amd_memory_unlock(void *host_ptr)
@@ -1405,10 +1518,22 @@ static int emu_reachable(uint64_t addr, uint64_t size, int host)
     }
     while (cur < end) {
         rec = emu_find(cur);
-        if (rec == NULL) {
-            rec = emu_find_locked_host(cur);
+        if (rec != NULL) {
+            if ((rec->kind == HSA_EMU_VMM) && !rec->access) {
+                return 0;
+            }
+            cur = rec->base + rec->size;
+            continue;
         }
-        if ((rec == NULL) || ((rec->kind == HSA_EMU_VMM) && !rec->access)) {
+        /* locked host memory through its agent pointer; through its host
+         * pointer only where the two are one */
+        rec = emu_find_locked_agent(cur);
+        if (rec != NULL) {
+            cur = rec->agent + rec->size;
+            continue;
+        }
+        rec = emu.lock_alias ? NULL : emu_find_locked_host(cur);
+        if (rec == NULL) {
             return 0;
         }
         cur = rec->base + rec->size;
@@ -1445,6 +1570,8 @@ int hsa_emu_copy(void *dst, const void *src, size_t size)
 
     pthread_mutex_lock(&emu.lock);
     ret = emu_check_copy(dst, src, size, 1);
+    dst = emu_cpu_addr(dst);
+    src = emu_cpu_addr(src);
     pthread_mutex_unlock(&emu.lock);
     if ((ret == 0) && (size > 0)) {
         memmove(dst, src, size);
@@ -1536,8 +1663,8 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent,
         pthread_detach(emu.thread);
         emu.thread_running = 1;
     }
-    c->dst      = dst;
-    c->src      = src;
+    c->dst      = emu_cpu_addr(dst);
+    c->src      = emu_cpu_addr(src);
     c->size     = size;
     c->num_deps = num_dep_signals;
     if (num_dep_signals > 0) {

@@ -159,6 +159,30 @@ TEST_F(rocm_resolver, host_memory_is_not_resolved)
                                 &extent));
 }
 
+/* Host memory of hipHostRegister, which HIP knows by its host and by its
+ * device pointer (another address where the GPU maps it elsewhere): by
+ * neither is it a device allocation, whatever range and buffer id HIP
+ * tells for it */
+TEST_F(rocm_resolver, host_registered_memory_is_not_resolved)
+{
+    std::vector<char> host(256 * KiB);
+    span_cuda_extent_t extent = {};
+    char *dptr = nullptr;
+
+    ASSERT_EQ(hipSuccess, hipHostRegister(host.data(), host.size(), 0));
+    ASSERT_EQ(hipSuccess, hipHostGetDevicePointer((void**)&dptr, host.data(),
+                                                  0));
+    EXPECT_NE(host.data(), dptr) << "the emulator's agent pointer";
+    for (char *p : {host.data(), dptr}) {
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  span_cuda_resolve(ops, (uintptr_t)p + 100, 64 * KiB,
+                                    &extent))
+                << (void*)p << ": a unit at 0x" << std::hex << extent.base
+                << " of " << std::dec << extent.num_units;
+    }
+    EXPECT_EQ(hipSuccess, hipHostUnregister(host.data()));
+}
+
 TEST_F(rocm_resolver, vmm_units_of_one_size)
 {
     span_cuda_extent_t extent;

@@ -19,6 +19,7 @@ extern "C" {
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -396,6 +397,124 @@ TEST_F(rocm_emu, async_copy_of_memory_no_device_reaches)
     EXPECT_EQ(hipSuccess, hipFree(dev));
 }
 
+/* Locked host memory whose agent pointer is not its host pointer, as on a
+ * GPU that maps the pages elsewhere in its own address space: both name the
+ * buffer, a device reaches it through the agent pointer only, and what it
+ * writes there the CPU reads at the host pointer */
+TEST_F(rocm_emu, locked_memory_has_an_agent_pointer_of_its_own)
+{
+    std::vector<hsa_agent_t> list = agents();
+    char *dev = (char*)device_alloc(0, 64 * KiB);
+    std::vector<char> buf(64 * KiB + 100);
+    char *host = buf.data() + 100; /* not page aligned */
+    hsa_signal_t done;
+    char *agent = nullptr;
+
+    ASSERT_EQ(HSA_STATUS_SUCCESS, hsa_signal_create(1, 0, nullptr, &done));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host, 64 * KiB, nullptr, 0,
+                                  (void**)&agent));
+    ASSERT_NE(host, agent) << "HSA_EMU_LOCK_ALIAS=0?";
+    EXPECT_EQ((uintptr_t)host % 4096, (uintptr_t)agent % 4096);
+    for (const char *p : {host + 5, agent + 5}) {
+        hsa_amd_pointer_info_t info = pointer_info(p);
+        EXPECT_EQ(HSA_EXT_POINTER_TYPE_LOCKED, info.type) << (void*)p;
+        EXPECT_EQ(host, info.hostBaseAddress) << (void*)p;
+        EXPECT_EQ(agent, info.agentBaseAddress) << (void*)p;
+        EXPECT_EQ(64 * KiB, info.sizeInBytes) << (void*)p;
+    }
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN,
+              pointer_info(agent + 64 * KiB).type) << "past its end";
+
+    /* host to device through the agent pointer */
+    fill(host, 64 * KiB, 31);
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_async_copy(dev, list[1], agent, list[0],
+                                        64 * KiB, 0, nullptr, done));
+    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
+                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
+    EXPECT_EQ(0u, mismatches(dev, 64 * KiB, 31));
+    /* device to host: the CPU reads it at the host pointer */
+    fill(dev, 64 * KiB, 32);
+    hsa_signal_store_screlease(done, 1);
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_async_copy(agent, list[0], dev, list[1],
+                                        64 * KiB, 0, nullptr, done));
+    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
+                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
+    EXPECT_EQ(0u, mismatches(host, 64 * KiB, 32));
+    /* the host pointer is no address of the device's */
+    hsa_signal_store_screlease(done, 1);
+    EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
+              hsa_amd_memory_async_copy(dev, list[1], host, list[0],
+                                        64 * KiB, 0, nullptr, done));
+    EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
+              hsa_amd_memory_async_copy(dev, list[1], agent + 1, list[0],
+                                        64 * KiB, 0, nullptr, done))
+            << "past the end of the locked range";
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(agent).type);
+    hsa_signal_destroy(done);
+    EXPECT_EQ(hipSuccess, hipFree(dev));
+}
+
+TEST_F(rocm_emu, host_register_and_its_device_pointer)
+{
+    char *dev = (char*)device_alloc(0, 64 * KiB);
+    std::vector<char> buf(64 * KiB);
+    char *dptr = nullptr, *ptr = nullptr;
+    unsigned type = 0;
+    hipDeviceptr_t base;
+    size_t size;
+
+    ASSERT_EQ(hipErrorInvalidValue,
+              hipHostGetDevicePointer((void**)&dptr, buf.data(), 0))
+            << "not registered";
+    ASSERT_EQ(hipSuccess, hipHostRegister(buf.data(), buf.size(), 0));
+    EXPECT_EQ(hipErrorHostMemoryAlreadyRegistered,
+              hipHostRegister(buf.data(), buf.size(), 0));
+    ASSERT_EQ(hipSuccess,
+              hipHostGetDevicePointer((void**)&dptr, buf.data() + 10, 0));
+    ASSERT_NE(buf.data() + 10, dptr);
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_LOCKED, pointer_info(dptr).type);
+    /* HIP knows both addresses, as host memory */
+    for (char *p : {buf.data() + 10, dptr}) {
+        EXPECT_EQ(hipSuccess,
+                  hipPointerGetAttribute(&type,
+                                         HIP_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                         (hipDeviceptr_t)p));
+        EXPECT_EQ((unsigned)hipMemoryTypeHost, type) << (void*)p;
+        EXPECT_EQ(hipSuccess,
+                  hipPointerGetAttribute(&ptr,
+                                         HIP_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                                         (hipDeviceptr_t)p));
+        EXPECT_EQ(dptr, ptr);
+        EXPECT_EQ(hipSuccess,
+                  hipPointerGetAttribute(&ptr,
+                                         HIP_POINTER_ATTRIBUTE_HOST_POINTER,
+                                         (hipDeviceptr_t)p));
+        EXPECT_EQ(buf.data() + 10, ptr);
+    }
+    EXPECT_EQ(hipSuccess, hipMemGetAddressRange(&base, &size, dptr + 5));
+    EXPECT_EQ(dptr - 10, base);
+    EXPECT_EQ(buf.size(), size);
+
+    /* device memory to the buffer and back, through the device pointer */
+    fill(buf.data(), buf.size(), 41);
+    ASSERT_EQ(hipSuccess, hipMemcpy(dev, dptr - 10, buf.size(),
+                                    hipMemcpyDefault));
+    EXPECT_EQ(0u, mismatches(dev, 64 * KiB, 41));
+    fill(dev, 64 * KiB, 42);
+    ASSERT_EQ(hipSuccess, hipMemcpy(dptr - 10, dev, buf.size(),
+                                    hipMemcpyDefault));
+    EXPECT_EQ(0u, mismatches(buf.data(), buf.size(), 42));
+
+    EXPECT_EQ(hipSuccess, hipHostUnregister(buf.data()));
+    EXPECT_EQ(hipErrorHostMemoryNotRegistered, hipHostUnregister(buf.data()));
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(dptr).type);
+    EXPECT_EQ(hipSuccess, hipFree(dev));
+}
+
 TEST(rocm_emu_death, a_bad_device_access_kills_the_process)
 {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -570,6 +689,101 @@ TEST_F(rocm_emu, vmm_export_import_across_processes)
                                             0))
             << "a handle not made for POSIX fds";
     none.unmap();
+}
+
+/* The ranges UCX 1.22's scan of /proc/self/maps reports as memory of an
+ * unknown type (ucm_rocm_scan_regions_cb, at its first lookup): a line is
+ * taken where it has no access at all, or its path starts with "/dev/dri" */
+std::vector<std::pair<uint64_t, uint64_t>> ucx_rocm_maps_scan()
+{
+    static const char pattern[] = "/dev/dri";
+    std::vector<std::pair<uint64_t, uint64_t>> found;
+    char line[4096], prot_c[4];
+    unsigned long start, end;
+    FILE *maps = fopen("/proc/self/maps", "r");
+    int n;
+
+    EXPECT_NE(nullptr, maps);
+    while ((maps != nullptr) && (fgets(line, sizeof(line), maps) != nullptr)) {
+        line[strcspn(line, "\n")] = '\0';
+        n = 0;
+        if (sscanf(line, "%lx-%lx %4c %*x %*x:%*x %*d %n", &start, &end,
+                   prot_c, &n) < 3) {
+            continue;
+        }
+        bool access = (prot_c[0] == 'r') || (prot_c[1] == 'w') ||
+                      (prot_c[2] == 'x');
+        if (!access || !strncmp(line + n, pattern, sizeof(pattern) - 1)) {
+            found.emplace_back(start, end);
+        }
+    }
+    if (maps != nullptr) {
+        fclose(maps);
+    }
+    return found;
+}
+
+/* Whether the ranges cover [addr, +size) */
+bool covered(const std::vector<std::pair<uint64_t, uint64_t>> &ranges,
+             const void *addr, size_t size)
+{
+    uint64_t cur = (uintptr_t)addr, end = cur + size;
+    bool moved = true;
+
+    while ((cur < end) && moved) {
+        moved = false;
+        for (const auto &r : ranges) {
+            if ((r.first <= cur) && (cur < r.second)) {
+                cur   = r.second;
+                moved = true;
+            }
+        }
+    }
+    return cur >= end;
+}
+
+/* ROCm memory allocated before UCX's first lookup is found by its mapping
+ * of a /dev/dri render node: the emulator's device memory must be found
+ * the same way, or a test passes only where a memory type hint is given */
+TEST_F(rocm_emu, ucx_finds_device_memory_in_proc_self_maps)
+{
+    std::vector<void*> allocs;
+    std::vector<char> pageable(64 * KiB);
+    hsa_amd_ipc_memory_t ipc;
+    vmm_range vmm;
+    void *attached = nullptr;
+
+    if (hsa_emu_dri()[0] == '\0') {
+        GTEST_SKIP() << "device memory is in memfds here (HSA_EMU_DRI_DIR "
+                        "empty, or /dev/dri cannot be written)";
+    }
+    for (int i = 0; i < hsa_emu_gpu_count(); ++i) {
+        allocs.push_back(device_alloc(i, 3 * MiB + 5));
+    }
+    ASSERT_EQ(hipSuccess, hipSetDevice(0));
+    ASSERT_EQ(hipSuccess, vmm.map(0, 64 * KiB, 2));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_create(allocs[0], 3 * MiB + 5, &ipc));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_ipc_memory_attach(&ipc, 3 * MiB + 5, 0, nullptr,
+                                        &attached));
+    fill(pageable.data(), pageable.size(), 1); /* its pages exist */
+
+    auto found = ucx_rocm_maps_scan();
+    for (size_t i = 0; i < allocs.size(); ++i) {
+        EXPECT_TRUE(covered(found, allocs[i], 3 * MiB + 5))
+                << "hipMalloc on device " << i << " at " << allocs[i];
+    }
+    EXPECT_TRUE(covered(found, vmm.base, 2 * vmm.unit)) << "a VMM mapping";
+    EXPECT_TRUE(covered(found, attached, 3 * MiB + 5)) << "an IPC attachment";
+    EXPECT_FALSE(covered(found, pageable.data(), pageable.size()))
+            << "pageable host memory is not ROCm memory";
+
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_ipc_memory_detach(attached));
+    vmm.unmap();
+    for (void *ptr : allocs) {
+        EXPECT_EQ(hipSuccess, hipFree(ptr));
+    }
 }
 
 TEST_F(rocm_emu, failure_injection)

@@ -101,7 +101,14 @@ protected:
     ucs_status_t copy(span_vmm_map_t *map, int is_put, size_t offset,
                       size_t length)
     {
-        uct_iov_t iov = {m_local + offset, length, nullptr, 0, 1};
+        return copy_at(m_local + offset, map, is_put, offset, length);
+    }
+
+    /* The same, between local and the mapping at offset */
+    ucs_status_t copy_at(uint8_t *local, span_vmm_map_t *map, int is_put,
+                         size_t offset, size_t length)
+    {
+        uct_iov_t iov = {local, length, nullptr, 0, 1};
         counted_completion c;
         deadline guard(30, "a ROCm VMM copy");
         ucs_status_t status;
@@ -219,6 +226,47 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
     while (span_rocm_copy_busy(m_copy)) {
         span_rocm_copy_progress(m_copy);
     }
+    span_vmm_cache_put(map);
+}
+
+/* A local buffer of host memory registered with HIP, whose device pointer
+ * is another address (the emulator's locked memory): given by its host
+ * pointer (as UCT gives a registered buffer) or by its device pointer, a
+ * get and a put through a peer's device memory move every byte right. A
+ * device reaches the buffer at its device pointer only: given the host
+ * pointer, a GPU faults */
+TEST_F(rocm_vmm, a_host_pinned_buffer_moves_through_its_device_pointer)
+{
+    const size_t length = units * unit;
+    std::vector<uint8_t> buf(length + 100);
+    uint8_t *host = buf.data() + 100, *dptr = nullptr;
+    span_vmm_map_t *map;
+
+    ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
+    ASSERT_EQ(hipSuccess, hipHostRegister(host, length, 0));
+    ASSERT_EQ(hipSuccess, hipHostGetDevicePointer((void**)&dptr, host, 0));
+    EXPECT_NE(host, dptr) << "the emulator's agent pointer";
+    for (uint8_t *local : {host, dptr}) {
+        SCOPED_TRACE(local == host ? "by its host pointer" :
+                                     "by its device pointer");
+        /* the peer's memory cleared from device memory first */
+        ASSERT_EQ(hipSuccess, hipMemset(m_local, 0, length));
+        ASSERT_EQ(UCS_OK, copy(map, 1, 0, length));
+        for (size_t i = 0; i < length; ++i) {
+            host[i] = pattern(test_rocm_vmm_put_seed, i);
+        }
+        EXPECT_EQ(UCS_OK, copy_at(local, map, 1, 0, length));
+        EXPECT_EQ(0, ask('c')) << "the exporter's bytes after a put";
+
+        memset(host, 0, length);
+        EXPECT_EQ(UCS_OK, copy_at(local, map, 0, 0, length));
+        size_t wrong = 0;
+        for (size_t i = 0; i < length; ++i) {
+            wrong += host[i] != pattern(test_rocm_vmm_put_seed, i);
+        }
+        EXPECT_EQ(0u, wrong) << "bytes of a get";
+    }
+    EXPECT_EQ(hipSuccess, hipHostUnregister(host));
     span_vmm_cache_put(map);
 }
 

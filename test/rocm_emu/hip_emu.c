@@ -236,6 +236,61 @@ static int hip_emu_device_memory(const hsa_emu_range_t *range)
             (range->kind == HSA_EMU_VMM)) && (range->device >= 0);
 }
 
+/* Host memory of hipHostRegister: HIP knows it by its host pointer and by
+ * its device pointer alike ("multiple addresses mapped to it", clr's
+ * hipHostRegister), as host memory */
+static int hip_emu_registered(const hsa_emu_range_t *range)
+{
+    return (range->kind == HSA_EMU_LOCKED) && (range->hip_device >= 0);
+}
+
+static int hip_emu_known(const hsa_emu_range_t *range)
+{
+    return hip_emu_device_memory(range) || hip_emu_registered(range);
+}
+
+hipError_t hipHostRegister(void *hostPtr, size_t sizeBytes, unsigned int flags)
+{
+    void *agent;
+
+    HIP_EMU_ENTER("hipHostRegister", hipErrorOutOfMemory);
+    if ((hostPtr == NULL) || (sizeBytes == 0)) {
+        return hip_emu_ret(hipErrorInvalidValue);
+    }
+    if (hsa_emu_lookup((uintptr_t)hostPtr).kind == HSA_EMU_LOCKED) {
+        return hip_emu_ret(hipErrorHostMemoryAlreadyRegistered);
+    }
+    return hip_emu_ret((hsa_emu_host_register(hostPtr, sizeBytes,
+                                              hip_emu_device, &agent) == 0) ?
+                       hipSuccess : hipErrorInvalidValue);
+}
+
+hipError_t hipHostUnregister(void *hostPtr)
+{
+    HIP_EMU_ENTER("hipHostUnregister", hipErrorInvalidValue);
+    hsa_emu_copy_drain(); /* as hipFree, it waits for the device */
+    return hip_emu_ret((hsa_emu_host_unregister(hostPtr) == 0) ? hipSuccess :
+                       hipErrorHostMemoryNotRegistered);
+}
+
+/* The device's address of registered host memory, which may differ from
+ * the host's ("Applications must use the device pointer in device code",
+ * hip_runtime_api.h) */
+hipError_t hipHostGetDevicePointer(void **devPtr, void *hstPtr,
+                                   unsigned int flags)
+{
+    hsa_emu_range_t range;
+
+    HIP_EMU_ENTER("hipHostGetDevicePointer", hipErrorInvalidValue);
+    range = hsa_emu_lookup((uintptr_t)hstPtr);
+    if ((devPtr == NULL) || !hip_emu_registered(&range) ||
+        (range.base != range.host_base)) {
+        return hip_emu_ret(hipErrorInvalidValue);
+    }
+    *devPtr = (void*)(range.agent_base + ((uintptr_t)hstPtr - range.base));
+    return hipSuccess;
+}
+
 hipError_t hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize,
                                  hipDeviceptr_t dptr)
 {
@@ -243,7 +298,7 @@ hipError_t hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize,
 
     HIP_EMU_ENTER("hipMemGetAddressRange", hipErrorNotFound);
     range = hsa_emu_lookup((uintptr_t)dptr);
-    if (!hip_emu_device_memory(&range)) {
+    if (!hip_emu_known(&range)) {
         return hip_emu_ret(hipErrorNotFound);
     }
     if (pbase != NULL) {
@@ -262,7 +317,7 @@ hipError_t hipPointerGetAttribute(void *data, hipPointer_attribute attribute,
 
     HIP_EMU_ENTER("hipPointerGetAttribute", hipErrorInvalidValue);
     range = hsa_emu_lookup((uintptr_t)ptr);
-    if ((data == NULL) || !hip_emu_device_memory(&range)) {
+    if ((data == NULL) || !hip_emu_known(&range)) {
         return hip_emu_ret(hipErrorInvalidValue);
     }
     switch (attribute) {
@@ -270,10 +325,22 @@ hipError_t hipPointerGetAttribute(void *data, hipPointer_attribute attribute,
         *(unsigned long long*)data = range.buffer_id;
         break;
     case HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int*)data = range.device;
+        *(int*)data = hip_emu_registered(&range) ? range.hip_device :
+                                                   range.device;
         break;
     case HIP_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned*)data = hipMemoryTypeDevice;
+        *(unsigned*)data = hip_emu_registered(&range) ? hipMemoryTypeHost :
+                                                        hipMemoryTypeDevice;
+        break;
+    case HIP_POINTER_ATTRIBUTE_HOST_POINTER:
+        *(void**)data = !hip_emu_registered(&range) ? NULL :
+                        (void*)((uintptr_t)ptr - range.base +
+                                range.host_base);
+        break;
+    case HIP_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(void**)data = !hip_emu_registered(&range) ? ptr :
+                        (void*)((uintptr_t)ptr - range.base +
+                                range.agent_base);
         break;
     case HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(void**)data = (void*)range.base;

@@ -29,6 +29,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +43,7 @@
 #define EMU_VMM_MAGIC     0x4d4d56554d4548ull
 #define EMU_MEMFD_POOL    "hsa-emu dev="
 #define EMU_MEMFD_VMM     "hsa-emu-vmm dev="
+#define EMU_DRI_DEFAULT   "/dev/dri"
 #define EMU_FAIL_MAX      16
 
 typedef struct emu_agent {
@@ -62,6 +65,8 @@ typedef struct emu_rec {
     int            device;     /* -1: host */
     int            memfd;      /* POOL, IPC: the memory; else -1 */
     uint64_t       ino;        /* of memfd */
+    uint64_t       agent;      /* LOCKED: where devices see base */
+    int            hip_device; /* LOCKED: hipHostRegister's device; or -1 */
     uint64_t       buffer_id;
     void           *user_data;
     hsa_emu_vmm_t  *vmm;       /* VMM: the handle mapped here */
@@ -107,7 +112,8 @@ static struct {
     int             num_gpus;
     emu_agent_t     agents[EMU_GPUS_MAX + 1]; /* [0]: the CPU */
     emu_pool_t      pools[EMU_GPUS_MAX + 1];
-    uint64_t        arena[EMU_GPUS_MAX + 2];  /* GPUs, host pool, VMM */
+    /* GPUs, host pool, VMM, agent addresses of locked memory */
+    uint64_t        arena[EMU_GPUS_MAX + 3];
     uint64_t        arena_size;
     uint64_t        mem_size;                 /* per device */
     uint64_t        used[EMU_GPUS_MAX + 1];
@@ -128,6 +134,9 @@ static struct {
     uint64_t        queued, done;
     uint64_t        copy_delay_us;
     int             fault_returns;
+    int             lock_alias;  /* agent pointers of locked memory differ */
+    char            dri[PATH_MAX]; /* device files live here; "": memfds */
+    unsigned        dri_seq;
     emu_fail_t      fail[EMU_FAIL_MAX];
     unsigned        num_fail;
 } emu = {
@@ -140,6 +149,8 @@ static _Atomic uint64_t emu_next_buffer_id = 1;
 
 #define EMU_ARENA_HOST (emu.num_gpus)
 #define EMU_ARENA_VMM  (emu.num_gpus + 1)
+#define EMU_ARENA_AGENT (emu.num_gpus + 2)
+#define EMU_NUM_ARENAS (emu.num_gpus + 3)
 
 /* ---- failure injection ------------------------------------------------ */
 
@@ -234,6 +245,8 @@ int hsa_emu_set(const char *name, uint64_t value)
         emu.copy_delay_us = value;
     } else if (!strcmp(name, "fault")) {
         emu.fault_returns = (value != 0);
+    } else if (!strcmp(name, "lock_alias") && (emu.num_locked == 0)) {
+        emu.lock_alias = (value != 0);
     } else {
         ret = -1;
     }
@@ -271,6 +284,44 @@ static void emu_atfork_child(void)
     pthread_mutex_init(&emu.lock, NULL);
 }
 
+/*
+ * Where device memory files are made. UCX finds ROCm memory allocated
+ * before its first lookup by scanning /proc/self/maps for paths that
+ * start with "/dev/dri" (ucm/rocm/rocmmem.c), as the real runtime maps
+ * memory through a render node there; a memfd shows as "/memfd:...", so
+ * device memory is a file made and unlinked at once in HSA_EMU_DRI_DIR
+ * (default /dev/dri, made where missing and allowed). Only on tmpfs (as
+ * /dev is): an IPC handle tells memory apart by inode, which tmpfs never
+ * gives twice and a disk file system reuses at once. Where that cannot be,
+ * or HSA_EMU_DRI_DIR is empty, memfds: hsa_emu_dri() tells tests.
+ */
+static void emu_dri_setup(void)
+{
+    const char *dir = getenv("HSA_EMU_DRI_DIR");
+    char probe[PATH_MAX + 64];
+    struct statfs fs;
+    int fd;
+
+    emu.dri[0] = '\0';
+    if (dir == NULL) {
+        dir = EMU_DRI_DEFAULT;
+    } else if (*dir == '\0') {
+        return;
+    }
+    if (((mkdir(dir, 0755) != 0) && (errno != EEXIST)) ||
+        (statfs(dir, &fs) != 0) || (fs.f_type != TMPFS_MAGIC)) {
+        return;
+    }
+    snprintf(probe, sizeof(probe), "%s/hsa-emu probe %d", dir, getpid());
+    fd = open(probe, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return;
+    }
+    unlink(probe);
+    close(fd);
+    snprintf(emu.dri, sizeof(emu.dri), "%s", dir);
+}
+
 static hsa_status_t emu_setup(void)
 {
     const char *gfx = getenv("HSA_EMU_GFX");
@@ -283,6 +334,8 @@ static hsa_status_t emu_setup(void)
     emu.mem_size   = emu_env_u64("HSA_EMU_MEM_SIZE", EMU_MEM_DEFAULT);
     emu.copy_delay_us = emu_env_u64("HSA_EMU_COPY_DELAY_US", 0);
     emu.fault_returns = (emu_env_u64("HSA_EMU_FAULT_RETURNS", 0) != 0);
+    emu.lock_alias    = (emu_env_u64("HSA_EMU_LOCK_ALIAS", 1) != 0);
+    emu_dri_setup();
     if ((emu.num_gpus < 0) || (emu.num_gpus > EMU_GPUS_MAX) ||
         (emu.arena_size % EMU_PAGE) || (emu.arena_size == 0)) {
         fprintf(stderr, "hsa emu: HSA_EMU_GPUS (0-%d) or HSA_EMU_ARENA_SIZE "
@@ -305,7 +358,7 @@ static hsa_status_t emu_setup(void)
         emu.agents[i + 1].type   = HSA_DEVICE_TYPE_GPU;
         emu.pools[i + 1].agent   = &emu.agents[i + 1];
     }
-    for (i = 0; i < emu.num_gpus + 2; ++i) {
+    for (i = 0; i < EMU_NUM_ARENAS; ++i) {
         arena = mmap(NULL, emu.arena_size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (arena == MAP_FAILED) {
@@ -618,6 +671,11 @@ hsa_amd_agent_memory_pool_get_info(hsa_agent_t agent,
 
 /* ---- the memory table ------------------------------------------------- */
 
+static uint64_t emu_round(uint64_t size)
+{
+    return (size + EMU_PAGE - 1) & ~(EMU_PAGE - 1);
+}
+
 static emu_rec_t *emu_find(uint64_t addr)
 {
     size_t i;
@@ -642,6 +700,33 @@ static emu_rec_t *emu_find_locked_host(uint64_t addr)
         }
     }
     return NULL;
+}
+
+/* Locked host memory by the address devices use (its agent pointer) */
+static emu_rec_t *emu_find_locked_agent(uint64_t addr)
+{
+    size_t i;
+
+    for (i = 0; i < emu.num_locked; ++i) {
+        if ((addr >= emu.locked[i].agent) &&
+            (addr - emu.locked[i].agent < emu.locked[i].size)) {
+            return &emu.locked[i];
+        }
+    }
+    return NULL;
+}
+
+/* Where the CPU reaches what a device reaches at addr */
+static void *emu_cpu_addr(const void *addr)
+{
+    const emu_rec_t *rec;
+
+    if (emu_find((uintptr_t)addr) != NULL) {
+        return (void*)addr;
+    }
+    rec = emu_find_locked_agent((uintptr_t)addr);
+    return (rec == NULL) ? (void*)addr :
+           (void*)(rec->base + ((uintptr_t)addr - rec->agent));
 }
 
 static int emu_grow(emu_rec_t **array, size_t count, size_t *max)
@@ -705,14 +790,22 @@ static int emu_place(int arena, uint64_t size, uint64_t align, uint64_t *addr_p)
     if (align < EMU_PAGE) {
         align = EMU_PAGE;
     }
-    list = (arena == EMU_ARENA_VMM) ? emu.resv : emu.recs;
-    n    = (arena == EMU_ARENA_VMM) ? emu.num_resv : emu.num_recs;
+    list = (arena == EMU_ARENA_VMM)   ? emu.resv :
+           (arena == EMU_ARENA_AGENT) ? emu.locked : emu.recs;
+    n    = (arena == EMU_ARENA_VMM)   ? emu.num_resv :
+           (arena == EMU_ARENA_AGENT) ? emu.num_locked : emu.num_recs;
     while (moved) {
         moved = 0;
         cur   = (cur + align - 1) & ~(align - 1);
         for (i = 0; i < n; ++i) {
             base = list[i].base;
             top  = base + list[i].size;
+            if (arena == EMU_ARENA_AGENT) {
+                /* whole pages, and a page apart: a device copy never runs
+                 * from one locked buffer into the next */
+                base = list[i].agent & ~(EMU_PAGE - 1);
+                top  = emu_round(list[i].agent + list[i].size) + EMU_PAGE;
+            }
             if ((list[i].arena == arena) && (base < cur + size) &&
                 (top > cur)) {
                 cur   = (top + align - 1) & ~(align - 1);
@@ -737,12 +830,23 @@ static void emu_release_va(uint64_t base, uint64_t size)
 static int emu_memfd(const char *prefix, int device, uint64_t size,
                      uint64_t *ino_p)
 {
-    char name[64];
+    char name[64], path[PATH_MAX + 128];
     struct stat st;
     int fd;
 
-    snprintf(name, sizeof(name), "%s%d", prefix, device);
-    fd = memfd_create(name, MFD_CLOEXEC);
+    if (emu.dri[0] != '\0') {
+        /* made and unlinked at once: nothing stays in the directory, and
+         * the name (pid, sequence) is this process's alone meanwhile */
+        snprintf(path, sizeof(path), "%s/%s%d %d.%u", emu.dri, prefix,
+                 device, getpid(), emu.dri_seq++);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            unlink(path);
+        }
+    } else {
+        snprintf(name, sizeof(name), "%s%d", prefix, device);
+        fd = memfd_create(name, MFD_CLOEXEC);
+    }
     if (fd < 0) {
         return -1;
     }
@@ -752,11 +856,6 @@ static int emu_memfd(const char *prefix, int device, uint64_t size,
     }
     *ino_p = st.st_ino;
     return fd;
-}
-
-static uint64_t emu_round(uint64_t size)
-{
-    return (size + EMU_PAGE - 1) & ~(EMU_PAGE - 1);
 }
 
 /* ---- allocation ------------------------------------------------------- */
@@ -825,7 +924,8 @@ hsa_status_t hsa_amd_memory_pool_free(void *ptr)
 
 hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
 {
-    hsa_emu_range_t range = {.kind = HSA_EMU_NONE, .device = -1};
+    hsa_emu_range_t range = {.kind = HSA_EMU_NONE, .device = -1,
+                             .hip_device = -1};
     const emu_rec_t *rec;
     size_t i;
 
@@ -833,6 +933,9 @@ hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
     rec = emu_find(addr);
     if (rec == NULL) {
         rec = emu_find_locked_host(addr);
+    }
+    if (rec == NULL) {
+        rec = emu_find_locked_agent(addr);
     }
     if (rec == NULL) {
         for (i = 0; i < emu.num_resv; ++i) {
@@ -850,9 +953,24 @@ hsa_emu_range_t hsa_emu_lookup(uint64_t addr)
         range.buffer_id    = rec->buffer_id;
         range.vmm          = rec->vmm;
         range.handle_types = (rec->vmm != NULL) ? rec->vmm->handle_types : 0;
+        range.host_base    = rec->base;
+        range.agent_base   = rec->base;
+        if (rec->kind == HSA_EMU_LOCKED) {
+            range.agent_base = rec->agent;
+            range.hip_device = rec->hip_device;
+            /* in the address space of addr: host, else agent */
+            if ((addr < rec->base) || (addr - rec->base >= rec->size)) {
+                range.base = rec->agent;
+            }
+        }
     }
     pthread_mutex_unlock(&emu.lock);
     return range;
+}
+
+const char *hsa_emu_dri(void)
+{
+    return emu.dri;
 }
 
 int hsa_emu_gpu_count(void)
@@ -884,6 +1002,9 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
         rec = emu_find_locked_host((uintptr_t)ptr);
     }
     if (rec == NULL) {
+        rec = emu_find_locked_agent((uintptr_t)ptr);
+    }
+    if (rec == NULL) {
         out.type             = HSA_EXT_POINTER_TYPE_UNKNOWN;
         out.agentBaseAddress = (void*)ptr;
         out.hostBaseAddress  = (void*)ptr;
@@ -891,7 +1012,9 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
         out.type = (rec->kind == HSA_EMU_IPC)    ? HSA_EXT_POINTER_TYPE_IPC :
                    (rec->kind == HSA_EMU_LOCKED) ? HSA_EXT_POINTER_TYPE_LOCKED :
                                                    HSA_EXT_POINTER_TYPE_HSA;
-        out.agentBaseAddress = (void*)rec->base;
+        /* locked: by its host or its agent pointer alike, both bases */
+        out.agentBaseAddress = (void*)((rec->kind == HSA_EMU_LOCKED) ?
+                                       rec->agent : rec->base);
         out.hostBaseAddress  = (void*)rec->base;
         out.sizeInBytes      = rec->size;
         out.userData         = rec->user_data;
@@ -982,10 +1105,12 @@ hsa_status_t hsa_amd_ipc_memory_create(void *ptr, size_t len,
     EMU_RETURN(HSA_STATUS_SUCCESS);
 }
 
-/* Whether fd is an emulator memfd of prefix; its device */
+/* Whether fd is an emulator memfd, or device file (emu_memfd), of prefix;
+ * its device */
 static int emu_memfd_device(int fd, const char *prefix, int *device_p)
 {
-    char path[64], target[256];
+    char path[64], target[PATH_MAX + 128];
+    const char *name;
     ssize_t n;
     size_t len = strlen(prefix);
 
@@ -995,10 +1120,17 @@ static int emu_memfd_device(int fd, const char *prefix, int *device_p)
         return 0;
     }
     target[n] = '\0';
-    if (strncmp(target, "/memfd:", 7) || strncmp(target + 7, prefix, len)) {
+    if (!strncmp(target, "/memfd:", 7)) {
+        name = target + 7;
+    } else if ((name = strrchr(target, '/')) != NULL) {
+        ++name; /* "<dir>/<prefix><device> <pid>.<seq> (deleted)" */
+    } else {
         return 0;
     }
-    *device_p = atoi(target + 7 + len);
+    if (strncmp(name, prefix, len)) {
+        return 0;
+    }
+    *device_p = atoi(name + len);
     return 1;
 }
 
@@ -1114,7 +1246,8 @@ hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents,
         }
     }
     if ((emu_find((uintptr_t)ptr) == NULL) &&
-        (emu_find_locked_host((uintptr_t)ptr) == NULL)) {
+        (emu_find_locked_host((uintptr_t)ptr) == NULL) &&
+        (emu_find_locked_agent((uintptr_t)ptr) == NULL)) {
         EMU_RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
     }
     EMU_RETURN(HSA_STATUS_SUCCESS);
@@ -1124,7 +1257,7 @@ static int emu_in_any_arena(uint64_t addr)
 {
     int i;
 
-    for (i = 0; i < emu.num_gpus + 2; ++i) {
+    for (i = 0; i < EMU_NUM_ARENAS; ++i) {
         if (emu_in_arena(i, addr)) {
             return 1;
         }
@@ -1132,27 +1265,85 @@ static int emu_in_any_arena(uint64_t addr)
     return 0;
 }
 
+/*
+ * Locks host memory for devices. Where the GPU maps the pages elsewhere in
+ * its own address space (lock_alias, the default), the agent pointer is
+ * in an arena of its own, never mapped for the CPU (a CPU access faults,
+ * as it would on such a GPU's address), and a device reaches the memory
+ * through it only; the copy engine finds the pages behind it.
+ */
+static hsa_status_t emu_lock(void *host_ptr, size_t size, int hip_device,
+                             void **agent_ptr)
+{
+    emu_rec_t rec = {.kind = HSA_EMU_LOCKED, .device = -1, .memfd = -1,
+                     .arena = -1, .hip_device = hip_device};
+    uint64_t offset = (uintptr_t)host_ptr & (EMU_PAGE - 1), page;
+
+    if ((host_ptr == NULL) || (size == 0) || (agent_ptr == NULL) ||
+        emu_in_any_arena((uintptr_t)host_ptr) ||
+        ((uintptr_t)host_ptr + size < (uintptr_t)host_ptr)) {
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    if (emu_grow(&emu.locked, emu.num_locked, &emu.max_locked) != 0) {
+        return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    }
+    rec.base  = (uintptr_t)host_ptr;
+    rec.size  = size;
+    rec.agent = rec.base;
+    if (emu.lock_alias) {
+        if (emu_place(EMU_ARENA_AGENT, emu_round(offset + size) + EMU_PAGE,
+                      EMU_PAGE, &page) != 0) {
+            return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+        }
+        rec.arena = EMU_ARENA_AGENT;
+        rec.agent = page + offset; /* the offset in its page kept */
+    }
+    rec.buffer_id = emu_next_buffer_id++;
+    emu.locked[emu.num_locked++] = rec;
+    *agent_ptr = (void*)rec.agent;
+    return HSA_STATUS_SUCCESS;
+}
+
 hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size,
                                  hsa_agent_t *agents, int num_agent,
                                  void **agent_ptr)
 {
-    emu_rec_t rec = {.kind = HSA_EMU_LOCKED, .device = -1, .memfd = -1,
-                     .arena = -1};
-
     EMU_ENTER("hsa_amd_memory_lock")
-    if ((host_ptr == NULL) || (size == 0) || (agent_ptr == NULL) ||
-        emu_in_any_arena((uintptr_t)host_ptr)) {
-        EMU_RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    EMU_RETURN(emu_lock(host_ptr, size, -1, agent_ptr));
+}
+
+int hsa_emu_host_register(void *host_ptr, size_t size, int device,
+                          void **agent_ptr)
+{
+    hsa_status_t status;
+
+    pthread_mutex_lock(&emu.lock);
+    status = !emu_live() ? HSA_STATUS_ERROR_NOT_INITIALIZED :
+             ((host_ptr != NULL) &&
+              ((emu_find_locked_host((uintptr_t)host_ptr) != NULL) ||
+               (emu_find_locked_host((uintptr_t)host_ptr + size - 1) !=
+                NULL))) ? HSA_STATUS_ERROR_INVALID_ARGUMENT :
+             emu_lock(host_ptr, size, device, agent_ptr);
+    pthread_mutex_unlock(&emu.lock);
+    return (status == HSA_STATUS_SUCCESS) ? 0 : -1;
+}
+
+int hsa_emu_host_unregister(void *host_ptr)
+{
+    int ret = -1;
+    size_t i;
+
+    pthread_mutex_lock(&emu.lock);
+    for (i = 0; i < emu.num_locked; ++i) {
+        if ((emu.locked[i].base == (uintptr_t)host_ptr) &&
+            (emu.locked[i].hip_device >= 0)) {
+            emu.locked[i] = emu.locked[--emu.num_locked];
+            ret = 0;
+            break;
+        }
     }
-    if (emu_grow(&emu.locked, emu.num_locked, &emu.max_locked) != 0) {
-        EMU_RETURN(HSA_STATUS_ERROR_OUT_OF_RESOURCES);
-    }
-    rec.base      = (uintptr_t)host_ptr;
-    rec.size      = size;
-    rec.buffer_id = emu_next_buffer_id++;
-    emu.locked[emu.num_locked++] = rec;
-    *agent_ptr = host_ptr; /* one address space for CPU and GPUs */
-    EMU_RETURN(HSA_STATUS_SUCCESS);
+    pthread_mutex_unlock(&emu.lock);
+    return ret;
 }
 
 hsa_status_t hsa_amd_memory_unlock(void *host_ptr)
@@ -1327,10 +1518,22 @@ static int emu_reachable(uint64_t addr, uint64_t size, int host)
     }
     while (cur < end) {
         rec = emu_find(cur);
-        if (rec == NULL) {
-            rec = emu_find_locked_host(cur);
+        if (rec != NULL) {
+            if ((rec->kind == HSA_EMU_VMM) && !rec->access) {
+                return 0;
+            }
+            cur = rec->base + rec->size;
+            continue;
         }
-        if ((rec == NULL) || ((rec->kind == HSA_EMU_VMM) && !rec->access)) {
+        /* locked host memory through its agent pointer; through its host
+         * pointer only where the two are one */
+        rec = emu_find_locked_agent(cur);
+        if (rec != NULL) {
+            cur = rec->agent + rec->size;
+            continue;
+        }
+        rec = emu.lock_alias ? NULL : emu_find_locked_host(cur);
+        if (rec == NULL) {
             return 0;
         }
         cur = rec->base + rec->size;
@@ -1367,6 +1570,8 @@ int hsa_emu_copy(void *dst, const void *src, size_t size)
 
     pthread_mutex_lock(&emu.lock);
     ret = emu_check_copy(dst, src, size, 1);
+    dst = emu_cpu_addr(dst);
+    src = emu_cpu_addr(src);
     pthread_mutex_unlock(&emu.lock);
     if ((ret == 0) && (size > 0)) {
         memmove(dst, src, size);
@@ -1458,8 +1663,8 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent,
         pthread_detach(emu.thread);
         emu.thread_running = 1;
     }
-    c->dst      = dst;
-    c->src      = src;
+    c->dst      = emu_cpu_addr(dst);
+    c->src      = emu_cpu_addr(src);
     c->size     = size;
     c->num_deps = num_dep_signals;
     if (num_dep_signals > 0) {

@@ -29,12 +29,18 @@ typedef enum {
 
 typedef struct hsa_emu_range {
     hsa_emu_kind_t kind;
-    uint64_t       base;      /* of the allocation, attachment or mapping */
+    uint64_t       base;      /* of the allocation, attachment or mapping;
+                                 LOCKED: in the space of the address asked
+                                 about (host_base or agent_base) */
     uint64_t       size;
     int            device;    /* GPU ordinal; -1: host memory */
     uint64_t       buffer_id; /* unique in the process, never reused */
     uint32_t       handle_types; /* VMM: hipMemAllocationHandleType bits */
     void           *vmm;      /* VMM: the physical handle mapped */
+    uint64_t       host_base; /* LOCKED: where the CPU sees it */
+    uint64_t       agent_base; /* LOCKED: where devices see it */
+    int            hip_device; /* LOCKED by hipHostRegister: its device;
+                                  -1 otherwise */
 } hsa_emu_range_t;
 
 /* Failure injection, as HSA_EMU_FAIL: comma-separated "name", "name@N" or
@@ -47,13 +53,28 @@ int hsa_emu_should_fail(const char *name);
 
 /* Settings a test changes at run time: "copy_delay_us" (each async copy
  * waits that long first), "fault" (0: a bad access aborts, as a GPU fault
- * kills a process; 1: the call returns an error). -1: unknown name. */
+ * kills a process; 1: the call returns an error), "lock_alias" (while no
+ * memory is locked; 1, the default: locked memory has an agent pointer of
+ * its own, as HSA_EMU_LOCK_ALIAS; 0: the host pointer). -1: unknown name,
+ * or a setting that cannot change now. */
 int hsa_emu_set(const char *name, uint64_t value);
 
 /* The range that holds addr; kind HSA_EMU_NONE where none */
 hsa_emu_range_t hsa_emu_lookup(uint64_t addr);
 
 int hsa_emu_gpu_count(void);
+
+/* The directory device memory files are made in, whose mappings UCX's scan
+ * of /proc/self/maps finds where it starts with "/dev/dri"; "": memfds
+ * (HSA_EMU_DRI_DIR empty, or the directory could not be used) */
+const char *hsa_emu_dri(void);
+
+/* hipHostRegister, hipHostUnregister, for the HIP layer: memory locked as
+ * hsa_amd_memory_lock locks it, that HIP knows (device: the current one);
+ * 0 or -1 (a range registered already, or not registered) */
+int hsa_emu_host_register(void *host_ptr, size_t size, int device,
+                          void **agent_ptr);
+int hsa_emu_host_unregister(void *host_ptr);
 
 /* VMM, for the HIP layer: physical handles are memfds of one device */
 typedef struct hsa_emu_vmm hsa_emu_vmm_t;

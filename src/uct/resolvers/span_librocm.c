@@ -72,8 +72,8 @@ static void span_librocm_open(void)
     }
     SPAN_LIBROCM_CALLS(SPAN_LIBROCM_RESOLVE)
     if ((lib_HIP != NULL) && (span_librocm_missing & SPAN_LIBROCM_RESOLVER)) {
-        ucs_warn("span rocm: the HIP library lacks a call span needs: ROCm "
-                 "memory is registered as given");
+        ucs_warn("span rocm: the HIP or HSA library lacks a call span "
+                 "needs: ROCm memory is registered as given");
     }
 }
 

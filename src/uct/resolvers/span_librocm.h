@@ -39,8 +39,10 @@
     _call(hsa_init, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_shut_down, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_iterate_agents, HSA, SPAN_LIBROCM_COPY) \
-    _call(hsa_agent_get_info, HSA, SPAN_LIBROCM_COPY) \
-    _call(hsa_amd_pointer_info, HSA, SPAN_LIBROCM_COPY) \
+    _call(hsa_agent_get_info, HSA, \
+          SPAN_LIBROCM_RESOLVER | SPAN_LIBROCM_COPY) \
+    _call(hsa_amd_pointer_info, HSA, \
+          SPAN_LIBROCM_RESOLVER | SPAN_LIBROCM_COPY) \
     _call(hsa_amd_memory_async_copy, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_create, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_destroy, HSA, SPAN_LIBROCM_COPY) \

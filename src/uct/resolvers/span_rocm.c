@@ -13,6 +13,35 @@
 #if HAVE_ROCM
 #include "span_librocm.h"
 
+/*
+ * Whether addr is host memory HIP knows: hipHostRegister'ed (locked) by its
+ * host pointer or by its device pointer, which may be another address
+ * where the GPU maps the pages elsewhere, or hipHostMalloc'ed (a CPU
+ * agent's). HIP gives such memory a range and a buffer id as it gives a
+ * device allocation; HSA's pointer type and owner tell them apart, the same
+ * in ROCm 5, 6 and 7 (HIP's hipMemoryType values changed in 6). Where HSA
+ * cannot tell (not initialized, another type), HIP's word stands.
+ */
+static int span_rocm_host_memory(uint64_t addr)
+{
+    hsa_amd_pointer_info_t info = {.size = sizeof(info)};
+    hsa_device_type_t type;
+
+    if (span_librocm.hsa_amd_pointer_info((void*)addr, &info, NULL, NULL,
+                                          NULL) != HSA_STATUS_SUCCESS) {
+        return 0;
+    }
+    if (info.type == HSA_EXT_POINTER_TYPE_LOCKED) {
+        return 1;
+    }
+    return (info.type == HSA_EXT_POINTER_TYPE_HSA) &&
+           (info.agentOwner.handle != 0) &&
+           (span_librocm.hsa_agent_get_info(info.agentOwner,
+                                            HSA_AGENT_INFO_DEVICE, &type) ==
+            HSA_STATUS_SUCCESS) &&
+           (type == HSA_DEVICE_TYPE_CPU);
+}
+
 static ucs_status_t span_rocm_range(uint64_t addr, uint64_t *base_p,
                                     uint64_t *size_p)
 {
@@ -25,6 +54,12 @@ static ucs_status_t span_rocm_range(uint64_t addr, uint64_t *base_p,
     if (err != hipSuccess) {
         ucs_debug("span rocm: hipMemGetAddressRange(0x%" PRIx64 ") failed: %d",
                   addr, err);
+        return UCS_ERR_INVALID_ADDR;
+    }
+    /* after HIP, which initialized HSA */
+    if (span_rocm_host_memory(addr)) {
+        ucs_debug("span rocm: 0x%" PRIx64 " is host memory HIP knows, no "
+                  "device allocation", addr);
         return UCS_ERR_INVALID_ADDR;
     }
     *base_p = (uintptr_t)base;

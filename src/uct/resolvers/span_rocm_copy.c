@@ -88,36 +88,88 @@ static span_rocm_copy_desc_t *span_rocm_copy_desc_get(span_rocm_copy_t *copy)
     return desc;
 }
 
-/* The agent and device of a local buffer: device memory only, which the
- * twin MD registered (rocm_ipc+ registers nothing else) */
-static ucs_status_t span_rocm_copy_local(const void *local,
-                                         hsa_agent_t *agent_p, int *device_p)
+/* The agent that copies and the device given access to the mapping, for
+ * a local buffer of device memory (which the twin MD registered), or of
+ * host memory locked for devices: then the device that owns the remote
+ * memory copies, through the buffer's agent pointer (span_rocm_copy_addr) */
+static ucs_status_t span_rocm_copy_local(const void *local, const void *remote,
+                                         hsa_agent_t *agent_p, int *device_p,
+                                         int *locked_p)
 {
     hsa_amd_pointer_info_t info = {.size = sizeof(info)};
+    const void *owned;
 
     if ((span_librocm.hsa_amd_pointer_info(local, &info, NULL, NULL, NULL) !=
          HSA_STATUS_SUCCESS) ||
-        (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) ||
-        (info.agentOwner.handle == 0) ||
+        (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN)) {
+        goto err;
+    }
+    *locked_p = (info.type == HSA_EXT_POINTER_TYPE_LOCKED);
+    owned     = local;
+    if (*locked_p) {
+        owned     = remote;
+        info.size = sizeof(info);
+        if ((span_librocm.hsa_amd_pointer_info(remote, &info, NULL, NULL,
+                                               NULL) != HSA_STATUS_SUCCESS) ||
+            (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN)) {
+            goto err;
+        }
+    }
+    if ((info.agentOwner.handle == 0) ||
         (span_librocm.hipPointerGetAttribute(
                  device_p, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                 (hipDeviceptr_t)local) != hipSuccess)) {
-        ucs_error("span rocm copy: the local buffer %p is not ROCm device "
-                  "memory", local);
-        return UCS_ERR_UNSUPPORTED;
+                 (hipDeviceptr_t)owned) != hipSuccess)) {
+        goto err;
     }
     *agent_p = info.agentOwner;
     return UCS_OK;
+
+err:
+    ucs_error("span rocm copy: the local buffer %p is neither ROCm device "
+              "memory nor host memory locked for devices", local);
+    return UCS_ERR_UNSUPPORTED;
+}
+
+/*
+ * Where a device reaches [local, +length) of locked host memory: at its
+ * agent pointer, which is not its host pointer where the GPU maps the pages
+ * elsewhere in its own address space (hsa_amd_memory_lock's agent_ptr,
+ * hipHostGetDevicePointer); a device given the host pointer faults. The
+ * buffer may be given by either.
+ */
+static hsa_status_t span_rocm_copy_addr(uint8_t *local, size_t length,
+                                        uint8_t **addr_p)
+{
+    hsa_amd_pointer_info_t info = {.size = sizeof(info)};
+    uint8_t *host, *agent;
+
+    if ((span_librocm.hsa_amd_pointer_info(local, &info, NULL, NULL, NULL) !=
+         HSA_STATUS_SUCCESS) ||
+        (info.type != HSA_EXT_POINTER_TYPE_LOCKED)) {
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    host  = info.hostBaseAddress;
+    agent = info.agentBaseAddress;
+    if ((local >= agent) && (length <= info.sizeInBytes) &&
+        (local - agent <= info.sizeInBytes - length)) {
+        *addr_p = local;
+    } else if ((local >= host) && (length <= info.sizeInBytes) &&
+               (local - host <= info.sizeInBytes - length)) {
+        *addr_p = agent + (local - host);
+    } else {
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT; /* past the locked range */
+    }
+    return HSA_STATUS_SUCCESS;
 }
 
 /* Queues the element copies on the op's signal, set to their number; where
  * one is refused, the signal is brought down by those never queued, and
  * *queued_p tells how many still run */
 static ucs_status_t span_rocm_copy_issue(span_rocm_copy_desc_t *desc,
-                                         hsa_agent_t agent, int is_put,
-                                         const uct_iov_t *iov, size_t iovcnt,
-                                         uint8_t *remote, size_t copies,
-                                         size_t *queued_p)
+                                         hsa_agent_t agent, int locked,
+                                         int is_put, const uct_iov_t *iov,
+                                         size_t iovcnt, uint8_t *remote,
+                                         size_t copies, size_t *queued_p)
 {
     hsa_status_t res = HSA_STATUS_SUCCESS;
     size_t i, j, queued = 0;
@@ -130,9 +182,15 @@ static ucs_status_t span_rocm_copy_issue(span_rocm_copy_desc_t *desc,
                 continue;
             }
             local = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
-            res   = span_librocm.hsa_amd_memory_async_copy(
-                    is_put ? remote : local, agent, is_put ? local : remote,
-                    agent, iov[i].length, 0, NULL, desc->signal);
+            if (locked) {
+                res = span_rocm_copy_addr(local, iov[i].length, &local);
+            }
+            if (res == HSA_STATUS_SUCCESS) {
+                res = span_librocm.hsa_amd_memory_async_copy(
+                        is_put ? remote : local, agent,
+                        is_put ? local : remote, agent, iov[i].length, 0,
+                        NULL, desc->signal);
+            }
             queued += (res == HSA_STATUS_SUCCESS);
             remote += iov[i].length;
         }
@@ -166,7 +224,7 @@ ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
     size_t i, queued, copies = 0;
     ucs_status_t status;
     hsa_agent_t agent;
-    int device;
+    int device, locked;
 
     for (i = 0; i < iovcnt; ++i) {
         copies += (iov[i].length > 0) ? iov[i].count : 0;
@@ -174,7 +232,8 @@ ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
     if (copies == 0) {
         return UCS_OK;
     }
-    status = span_rocm_copy_local(iov[0].buffer, &agent, &device);
+    status = span_rocm_copy_local(iov[0].buffer, remote, &agent, &device,
+                                  &locked);
     if (status != UCS_OK) {
         return status;
     }
@@ -186,8 +245,8 @@ ucs_status_t span_rocm_copy_post(span_rocm_copy_t *copy,
     if (desc == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
-    status = span_rocm_copy_issue(desc, agent, is_put, iov, iovcnt, remote,
-                                  copies, &queued);
+    status = span_rocm_copy_issue(desc, agent, locked, is_put, iov, iovcnt,
+                                  remote, copies, &queued);
     if (queued == 0) {
         ucs_list_add_tail(&copy->pool, &desc->list);
         return status;

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Checks that the sources of span depend on each other in one direction.
 
-src/uct is a stack of layers, one folder each, bottom first (LAYERS below;
-the README draws them). A module is a header and the source of the same
-name in one folder. Module A depends on module B where A includes B's
+src is a stack of layers, one folder each, bottom first (LAYERS below;
+the README draws them): the UCM hooks, then the layers of the plugin in
+src/uct. A module is a header and the source of the same name in one
+folder. Module A depends on module B where A includes B's
 header, or, given --objects, where A's object calls a function or reads
 data that B's object defines (what `nm` says). The check fails where a
 module depends on one in a higher layer, or where the dependencies of
 modules form a cycle, even inside one layer; it prints each offending
 edge and one cycle path of every cycle it finds.
 
-  layers.py [--src DIR] [--objects DIR]   check DIR (default: src/uct)
+  layers.py [--src DIR] [--objects DIR]   check DIR (default: src)
   layers.py --self-test                   the check finds what it must
 """
 import argparse
@@ -21,8 +22,11 @@ import subprocess
 import sys
 import tempfile
 
-LAYERS = ["ucx", "base", "hooks", "resolvers", "key", "md", "iface",
-          "component"]
+LAYERS = ["ucm_hooks", "uct/ucx", "uct/base", "uct/resolvers", "uct/key",
+          "uct/md", "uct/iface", "uct/component"]
+# Where an include is looked for after the including file's folder, as the
+# build's -I options (Makefile.am's AM_CPPFLAGS) name them below src
+INCLUDE_DIRS = ["uct", ""]
 SOURCE_EXT = (".c", ".h")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -32,7 +36,7 @@ def module_of(src, path):
 
 
 def layer_of(module):
-    return module.split(os.sep)[0]
+    return os.path.dirname(module)
 
 
 def sources(src):
@@ -44,13 +48,14 @@ def sources(src):
 
 def include_edges(src, path):
     """Modules whose headers path includes, resolved as the compiler does
-    with -I src: next to path first"""
+    with the -I options of INCLUDE_DIRS: next to path first"""
     with open(path, encoding="utf-8") as f:
         for line in f:
             match = INCLUDE_RE.match(line)
             if not match:
                 continue
-            for base in (os.path.dirname(path), src):
+            for base in [os.path.dirname(path)] + \
+                        [os.path.join(src, d) for d in INCLUDE_DIRS]:
                 target = os.path.normpath(os.path.join(base, match.group(1)))
                 if os.path.exists(target) and target.startswith(src + os.sep):
                     yield module_of(src, target), "includes " + match.group(1)
@@ -189,15 +194,20 @@ def check(src, objects, out=sys.stdout):
 
 
 def self_test():
-    """A tree with an upward include and a cycle inside one layer fails,
-    naming both; the same tree without them passes"""
+    """A tree with upward includes (one from the UCM hooks, the lowest
+    layer) and a cycle inside one layer fails, naming them; the same tree
+    without them passes, includes of the hooks from above included"""
     with tempfile.TemporaryDirectory() as top:
         files = {
-            "base/span_a.h": "",
-            "base/span_b.h": '#include "span_c.h"\n',
-            "base/span_c.h": '#include "span_b.h"\n',
-            "key/span_k.h": '#include "base/span_a.h"\n',
-            "base/span_up.c": '#include "key/span_k.h"\n',
+            "ucm_hooks/span_h.h": "",
+            "ucm_hooks/span_h.c": '#include "span_h.h"\n'
+                                  '#include "base/span_a.h"\n',
+            "uct/base/span_a.h": "",
+            "uct/base/span_b.h": '#include "span_c.h"\n',
+            "uct/base/span_c.h": '#include "span_b.h"\n',
+            "uct/key/span_k.h": '#include "base/span_a.h"\n',
+            "uct/md/span_m.c": '#include "ucm_hooks/span_h.h"\n',
+            "uct/base/span_up.c": '#include "key/span_k.h"\n',
         }
         for name, text in files.items():
             os.makedirs(os.path.dirname(os.path.join(top, name)),
@@ -208,27 +218,38 @@ def self_test():
         bad_ok = check(top, None, report)
         report.seek(0)
         text = report.read()
-        for name in ("base/span_b.h", "base/span_c.h", "base/span_up.c"):
+        for name in ("uct/base/span_b.h", "uct/base/span_c.h",
+                     "uct/base/span_up.c"):
             os.remove(os.path.join(top, name))
-        good_ok = check(top, None, open(os.devnull, "w"))
-    expected = ["base/span_up includes key/span_k.h, of the higher layer key",
-                "cycle: base/span_b (includes span_c.h) -> base/span_c "
-                "(includes span_b.h) -> base/span_b"]
+        with open(os.path.join(top, "ucm_hooks/span_h.c"), "w") as f:
+            f.write('#include "span_h.h"\n')
+        good = tempfile.TemporaryFile("w+")
+        good_ok = check(top, None, good)
+        good.seek(0)
+        good_text = good.read()
+    expected = ["uct/base/span_up includes key/span_k.h, of the higher "
+                "layer uct/key",
+                "ucm_hooks/span_h includes base/span_a.h, of the higher "
+                "layer uct/base",
+                "cycle: uct/base/span_b (includes span_c.h) -> "
+                "uct/base/span_c (includes span_b.h) -> uct/base/span_b"]
     missing = [e for e in expected if e not in text]
+    if "2 dependencies" not in good_text:
+        missing.append("good tree: " + good_text)
     if bad_ok or missing or not good_ok:
         print("layers self-test failed: bad tree %s, good tree %s, not "
               "reported: %s\n%s" % ("passed" if bad_ok else "failed",
               "passed" if good_ok else "failed", missing, text))
         return False
-    print("layers self-test: an upward include and a cycle are reported")
+    print("layers self-test: upward includes and a cycle are reported")
     return True
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--src", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "src", "uct"))
-    parser.add_argument("--objects", help="build directory of src/uct: "
+        os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    parser.add_argument("--objects", help="build directory of src: "
                         "add what the objects call")
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()

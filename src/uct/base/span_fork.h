@@ -17,7 +17,8 @@
 #include <pthread.h>
 
 typedef enum {
-    SPAN_FORK_UCM,        /* hooks/span_ucm.c: subscribes under it */
+    SPAN_FORK_UCM,        /* ucm_hooks/span_ucm.c: subscribes under it
+                           * (md/span_md_events.c registers it) */
     SPAN_FORK_IFACE,      /* iface/span_iface.c: the twin iface table */
     SPAN_FORK_RKEY_SIZES, /* key/span_rkey.c: packed sizes of open MDs */
     SPAN_FORK_MD_INNER,   /* md/span_md_inner.c: inner MDs' memh tables */

@@ -2,7 +2,10 @@
  * Memory events of twin MDs (span_md_events.h).
  */
 #include "span_md_events.h"
-#include "hooks/span_ucm.h"
+#include "base/span_fork.h"
+#include "ucm_hooks/span_ucm.h"
+
+#include <ucs/sys/compiler_def.h>
 
 /* An unmapped host range also withdraws the VMM exports it overlaps once a
  * ROCm twin is open: UCM reports no free of ROCm's VMM handles (its rocm
@@ -30,6 +33,16 @@ static const span_ucm_handlers_t span_md_event_handlers = {
     .unmapped = span_md_range_unmapped,
     .freed    = span_md_range_freed,
 };
+
+/* Subscribing runs under the UCM layer's lock: first of span's locks at fork
+ * (base/span_fork.h), where the layer below knows no order of span's */
+static span_fork_handlers_t span_md_events_fork;
+
+static void UCS_F_CTOR span_md_events_fork_register(void)
+{
+    span_md_events_fork.lock = span_ucm_fork_lock();
+    span_fork_register(SPAN_FORK_UCM, &span_md_events_fork);
+}
 
 ucs_status_t span_md_events_subscribe(const span_md_t *smd)
 {

@@ -1,14 +1,12 @@
 /*
  * UCM subscription. UCP's own registration cache subscribes too: both see
- * every unmap, each forgets its own entries (see md/span_md_open.c on the
+ * every unmap, each forgets its own entries (see uct/md/span_md_reg.c on the
  * two caches).
  */
 #include "span_ucm.h"
-#include "base/span_fork.h"
 
 #include <ucm/api/ucm.h>
 #include <ucs/debug/log_def.h>
-#include <ucs/sys/compiler_def.h>
 #include <pthread.h>
 
 #define SPAN_UCM_EVENTS (UCM_EVENT_VM_UNMAPPED | UCM_EVENT_MEM_TYPE_FREE)
@@ -16,13 +14,6 @@
 static pthread_mutex_t           span_ucm_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned                  span_ucm_users;
 static const span_ucm_handlers_t *span_ucm_handlers; /* while subscribed */
-
-static const span_fork_handlers_t span_ucm_fork = {.lock = &span_ucm_lock};
-
-static void UCS_F_CTOR span_ucm_fork_register(void)
-{
-    span_fork_register(SPAN_FORK_UCM, &span_ucm_fork);
-}
 
 static void span_ucm_event(ucm_event_type_t event_type, ucm_event_t *event,
                            void *arg)
@@ -70,4 +61,9 @@ void span_ucm_unsubscribe(void)
         span_ucm_handlers = NULL;
     }
     pthread_mutex_unlock(&span_ucm_lock);
+}
+
+pthread_mutex_t *span_ucm_fork_lock(void)
+{
+    return &span_ucm_lock;
 }

@@ -109,7 +109,7 @@ TEST(span_load, twin_md_of_unknown_inner_is_refused)
     EXPECT_EQ(nullptr, open_md(span, "nosuchmd+"));
     EXPECT_EQ(nullptr, open_md(span, "cma"));
     EXPECT_EQ(1u, logs.count("no component offers the MD 'nosuchmd'"));
-    EXPECT_EQ(1u, logs.count("'cma' is not the name of a twin MD"));
+    EXPECT_EQ(1u, logs.count("span md 'cma': is not the name of a twin MD"));
 }
 
 class span_uct : public ::testing::TestWithParam<const char*> {

@@ -40,7 +40,7 @@ ucs_status_t span_ucm_subscribe(const span_ucm_handlers_t *handlers)
         status = ucm_set_event_handler(SPAN_UCM_EVENTS, -1, span_ucm_event,
                                        (void*)handlers);
         if (status != UCS_OK) {
-            ucs_warn("span: cannot subscribe to memory events (%s): "
+            ucs_warn("span ucm: cannot subscribe to memory events (%s): "
                      "registrations are not shared",
                      ucs_status_string(status));
         } else {

@@ -23,8 +23,8 @@ ucs_status_t span_chunk_plan_from(span_chunk_geom_t *geom, uint64_t base,
 
     if ((length == 0) || (length > UINT64_MAX - base) || (unit_origin > base) ||
         ((chunk_size != 0) && (overlap >= chunk_size))) {
-        ucs_error("span: cannot plan [0x%" PRIx64 ", +%" PRIu64 ") in chunks "
-                  "of %" PRIu64 " overlapping by %" PRIu64, base, length,
+        ucs_error("span chunk: cannot plan [0x%" PRIx64 ", +%" PRIu64 ") in "
+                  "chunks of %" PRIu64 " overlapping by %" PRIu64, base, length,
                   chunk_size, overlap);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -59,7 +59,7 @@ ucs_status_t span_chunk_plan_from(span_chunk_geom_t *geom, uint64_t base,
 
 check:
     if (chunks > SPAN_CHUNK_MAX) {
-        ucs_error("span: [0x%" PRIx64 ", +%" PRIu64 ") needs %" PRIu64
+        ucs_error("span chunk: [0x%" PRIx64 ", +%" PRIu64 ") needs %" PRIu64
                   " chunks of %" PRIu64 " bytes (units of %" PRIu64 "), more "
                   "than %u", base, length, chunks, chunk_size, unit_size,
                   SPAN_CHUNK_MAX);

@@ -77,7 +77,7 @@ static void span_fork_init(void)
                              span_fork_child);
 
     if (ret != 0) {
-        ucs_warn("span: pthread_atfork failed (%s): a child forked while "
+        ucs_warn("span fork: pthread_atfork failed (%s): a child forked while "
                  "another thread holds a lock of span may hang",
                  strerror(ret));
     }

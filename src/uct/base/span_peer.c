@@ -44,7 +44,7 @@ uint64_t span_peer_pid_ns(void)
     link[(len < 0) ? 0 : len] = '\0';
     p = strchr(link, '[');
     if (p == NULL) {
-        ucs_debug("span: cannot read /proc/self/ns/pid ('%s')", link);
+        ucs_debug("span peer: cannot read /proc/self/ns/pid ('%s')", link);
         return host;
     }
     return host | (uint32_t)strtoull(p + 1, NULL, 10);
@@ -56,20 +56,20 @@ ucs_status_t span_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
     uint64_t own_ns = span_peer_pid_ns();
 
     if ((pid_ns >> 32) != (own_ns >> 32)) {
-        ucs_error("span: %s of process %u is on another host (host id 0x%"
+        ucs_error("span peer: %s of process %u is on another host (host id 0x%"
                   PRIx64 ", this one 0x%" PRIx64 "): its pid and descriptor "
                   "name nothing here", what, pid, pid_ns >> 32, own_ns >> 32);
         return UCS_ERR_UNREACHABLE;
     }
     if (pid_ns != own_ns) {
-        ucs_error("span: %s of process %u is in PID namespace %" PRIu64
+        ucs_error("span peer: %s of process %u is in PID namespace %" PRIu64
                   ", this process in %" PRIu64 ": it cannot be reached from "
                   "here", what, pid, (uint64_t)(uint32_t)pid_ns,
                   (uint64_t)(uint32_t)own_ns);
         return UCS_ERR_UNREACHABLE;
     }
     if ((pid == 0) || (pid > INT_MAX) || (fd > INT_MAX)) {
-        ucs_error("span: %s names descriptor %u of process %u, which no "
+        ucs_error("span peer: %s names descriptor %u of process %u, which no "
                   "process has", what, fd, pid);
         return UCS_ERR_INVALID_PARAM;
     }

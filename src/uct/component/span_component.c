@@ -61,7 +61,8 @@ static void span_twins_init(void)
 
     if (ucs_config_parser_fill_opts(&config, &span_global_config_entry,
                                     UCS_DEFAULT_ENV_PREFIX, 0) != UCS_OK) {
-        ucs_error("span: cannot read UCX_SPAN_TRANSPORTS; no twins are offered");
+        ucs_error("span component: cannot read UCX_SPAN_TRANSPORTS; no "
+                  "twins are offered");
         return;
     }
 
@@ -102,7 +103,7 @@ static ucs_status_t span_md_resources_append(uct_component_t *inner,
 
     status = inner->query_md_resources(inner, &inner_res, &inner_count);
     if (status != UCS_OK) {
-        ucs_debug("span: component %s has no MD resources: %s", inner->name,
+        ucs_debug("span component '%s': has no MD resources: %s", inner->name,
                   ucs_status_string(status));
         return UCS_OK;
     }
@@ -118,7 +119,7 @@ static ucs_status_t span_md_resources_append(uct_component_t *inner,
     for (i = 0; i < inner_count; ++i) {
         if (strlen(inner_res[i].md_name) + strlen(SPAN_TWIN_SUFFIX) >=
             UCT_MD_NAME_MAX) {
-            ucs_debug("span: MD '%s' gets no twin: its name is too long",
+            ucs_debug("span md '%s': gets no twin: its name is too long",
                       inner_res[i].md_name);
             continue;
         }
@@ -219,7 +220,7 @@ static ucs_status_t span_components_check(void)
 
     ucs_list_for_each(component, &uct_components_list, list) {
         if (!span_ucx_component_check(component)) {
-            ucs_warn("span: component %p of UCX %u.%u is not laid out as "
+            ucs_warn("span component %p: UCX %u.%u does not lay it out as "
                      "span reads it; libuct_span does not register",
                      component, span_ucx->major, span_ucx->minor);
             return UCS_ERR_UNSUPPORTED;

@@ -49,7 +49,7 @@ typedef struct span_loader_ucx {
             (_ucx)->log(__FILE__, __LINE__, __func__, SPAN_LOADER_LOG_WARN, \
                         (_ucx)->log_component, _fmt, ## __VA_ARGS__); \
         } else { \
-            fprintf(stderr, "span: " _fmt "\n", ## __VA_ARGS__); \
+            fprintf(stderr, _fmt "\n", ## __VA_ARGS__); \
         } \
     } while (0)
 
@@ -150,8 +150,8 @@ ucs_module_global_init(void)
     void *impl;
 
     if (!span_loader_find_ucx(&ucx, __builtin_return_address(0))) {
-        fprintf(stderr, "span: cannot tell which libucs loads libuct_span; "
-                "it does not register\n");
+        fprintf(stderr, "span loader: cannot tell which libucs loads "
+                "libuct_span; it does not register\n");
         return UCS_ERR_UNSUPPORTED;
     }
 
@@ -159,7 +159,7 @@ ucs_module_global_init(void)
     if ((ucx.libuct == NULL) ||
         (dlsym(RTLD_DEFAULT, "uct_md_open") != dlsym(ucx.libuct,
                                                      "uct_md_open"))) {
-        span_loader_warn(&ucx, "span: no libuct beside %s/libucs, or "
+        span_loader_warn(&ucx, "span loader: no libuct beside %s/libucs, or "
                          "another UCX's libuct comes first in the process's "
                          "global scope; libuct_span does not register",
                          ucx.dir);
@@ -169,8 +169,8 @@ ucs_module_global_init(void)
     span_loader_impl_path(path, sizeof(path));
     impl = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
     if (impl == NULL) {
-        span_loader_warn(&ucx, "span: cannot load %s: %s; libuct_span does "
-                         "not register", path, dlerror());
+        span_loader_warn(&ucx, "span loader: cannot load %s: %s; libuct_span "
+                         "does not register", path, dlerror());
         return UCS_ERR_UNSUPPORTED;
     }
 

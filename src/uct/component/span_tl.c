@@ -99,14 +99,14 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
     span_tl_t *tl;
 
     if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
-        ucs_error("span: twin transports open in device mode only, not 0x%"
+        ucs_error("span tl: twin transports open in device mode only, not 0x%"
                   PRIx64, params->open_mode);
         return UCS_ERR_UNSUPPORTED;
     }
 
     tl = span_tl_find(params->mode.device.tl_name);
     if ((tl == NULL) || (tl->inner_component != smd->inner_component)) {
-        ucs_error("span: md %p has no twin transport '%s'", md,
+        ucs_error("span md %p: has no twin transport '%s'", md,
                   params->mode.device.tl_name);
         return UCS_ERR_NO_DEVICE;
     }
@@ -129,8 +129,8 @@ static ucs_status_t span_tl_iface_open(uct_md_h md, uct_worker_h worker,
         goto err_close;
     }
 
-    ucs_debug("span: opened %s/%s as iface %p over %s", tl->super.name,
-              params->mode.device.dev_name, iface, tl->inner->name);
+    ucs_debug("span iface %p: opened %s/%s over %s", iface, tl->super.name,
+              params->mode.device.dev_name, tl->inner->name);
     *iface_p = iface;
     return UCS_OK;
 
@@ -146,13 +146,13 @@ ucs_status_t span_tl_add(uct_component_t *span,
 
     if (strlen(inner_tl->name) + strlen(SPAN_TWIN_SUFFIX) >=
         UCT_TL_NAME_MAX) {
-        ucs_debug("span: transport '%s' gets no twin: its name is too long "
+        ucs_debug("span tl '%s': gets no twin: its name is too long "
                   "for a suffix", inner_tl->name);
         return UCS_ERR_UNSUPPORTED;
     }
 
     if (span_tl_count == SPAN_TL_MAX) {
-        ucs_warn("span: transport '%s' gets no twin: %d twins exist already",
+        ucs_warn("span tl '%s': gets no twin: %d twins exist already",
                  inner_tl->name, SPAN_TL_MAX);
         return UCS_ERR_EXCEEDS_LIMIT;
     }

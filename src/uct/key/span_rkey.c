@@ -763,8 +763,8 @@ ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size)
              ++size) {
         }
         if (size == span_rkey_sizes + SPAN_RKEY_SIZES) {
-            ucs_error("span: more than %d kinds of twin MD are open at once",
-                      SPAN_RKEY_SIZES);
+            ucs_error("span rkey: more than %d kinds of twin MD are open at "
+                      "once", SPAN_RKEY_SIZES);
             status = UCS_ERR_EXCEEDS_LIMIT;
             goto out;
         }
@@ -875,9 +875,9 @@ void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc)
 void span_rkey_log_crossing(const span_rkey_t *rkey, uint64_t addr,
                             size_t length, uint64_t avail)
 {
-    ucs_error("span: remote access [0x%" PRIx64 ", +%zu) crosses a chunk "
-              "or unit end %" PRIu64 " bytes in (rkey %p, chunks of %" PRIu64
-              ", units of %" PRIu64 "); only zcopy ops are split", addr,
-              length, avail, rkey, rkey->geom.chunk_size,
+    ucs_error("span rkey %p: remote access [0x%" PRIx64 ", +%zu) crosses "
+              "a chunk or unit end %" PRIu64 " bytes in (chunks of %" PRIu64
+              ", units of %" PRIu64 "); only zcopy ops are split", rkey,
+              addr, length, avail, rkey->geom.chunk_size,
               rkey->geom.unit_size);
 }

@@ -151,10 +151,10 @@ span_rkey_check(const span_rkey_t *rkey, uint64_t addr, size_t length)
         return 1;
     }
 
-    ucs_error("span: remote access [0x%" PRIx64 ", +%zu) is outside the "
-              "registered extent [0x%" PRIx64 ", +%" PRIu64 ") of rkey %p "
-              "(units [0x%" PRIx64 ", +%" PRIu64 "))", addr, length,
-              rkey->win_base, rkey->win_length, rkey, rkey->geom.base,
+    ucs_error("span rkey %p: remote access [0x%" PRIx64 ", +%zu) is "
+              "outside the registered extent [0x%" PRIx64 ", +%" PRIu64 ") "
+              "(units [0x%" PRIx64 ", +%" PRIu64 "))", rkey, addr, length,
+              rkey->win_base, rkey->win_length, rkey->geom.base,
               rkey->geom.length);
     return 0;
 }

@@ -44,13 +44,15 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
         } else if (status == UCS_ERR_UNREACHABLE) {
             /* the inner transport cannot reach this memory (cuda_ipc and a
              * handle type it cannot import): UCP takes another lane */
-            ucs_debug("span: %s cannot reach the memory of chunk %u/%u",
-                      rkey->inner_component->name, i + 1, rkey->num_inner);
+            ucs_debug("span rkey %p: %s cannot reach the memory of chunk "
+                      "%u/%u", rkey, rkey->inner_component->name, i + 1,
+                      rkey->num_inner);
             span_rkey_release_inner(rkey, i);
             return status;
         } else if (status != UCS_OK) {
-            ucs_error("span: %s failed to unpack the %zu-byte inner key of "
-                      "chunk %u/%u: %s", rkey->inner_component->name,
+            ucs_error("span rkey %p: %s failed to unpack the %zu-byte inner "
+                      "key of chunk %u/%u: %s", rkey,
+                      rkey->inner_component->name,
                       desc->key_size, i + 1, rkey->num_inner,
                       ucs_status_string(status));
             span_rkey_release_inner(rkey, i);
@@ -86,7 +88,7 @@ static ucs_status_t span_rkey_keys(const span_rkey_desc_t *desc, uint32_t n,
     uint32_t i;
 
     if (keys == NULL) {
-        ucs_error("span: no memory for %u keys of %zu bytes", n,
+        ucs_error("span rkey: no memory for %u keys of %zu bytes", n,
                   desc->key_size);
         return UCS_ERR_NO_MEMORY;
     }

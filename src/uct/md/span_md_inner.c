@@ -93,7 +93,7 @@ static void span_md_inner_add(span_md_inner_t *wrap, uct_mem_h memh,
     pthread_mutex_unlock(&wrap->lock);
     if (ret < 0) {
         /* such a handle is refused when packed: nothing is lost */
-        ucs_warn("span: inner md %p: no memory to record memh %p of [0x%"
+        ucs_warn("span inner md %p: no memory to record memh %p of [0x%"
                  PRIx64 ", +%" PRIu64 ")", wrap, memh, base, length);
     }
 }
@@ -175,8 +175,8 @@ static ucs_status_t span_md_inner_copy_ops(span_md_inner_t *wrap,
 
     copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
     if ((copied < 0) || ((size_t)copied < span_ucx->md_ops_size)) {
-        ucs_diag("span: cannot copy the ops of an inner MD at %p (%zd bytes "
-                 "read, %zu needed): %m", ops, copied, span_ucx->md_ops_size);
+        ucs_diag("span inner md ops %p: cannot copy them (%zd bytes read, "
+                 "%zu needed): %m", ops, copied, span_ucx->md_ops_size);
         return UCS_ERR_UNSUPPORTED;
     }
     if ((size_t)copied < sizeof(uct_md_ops_t)) {
@@ -205,7 +205,7 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
     ucs_status_t status;
 
     if (span_md_inner_shared(inner)) {
-        ucs_debug("span: inner md %p lies in a library (every open of it is "
+        ucs_debug("span inner md %p: lies in a library (every open of it is "
                   "that object): its ops stay its own", inner);
         return UCS_ERR_UNSUPPORTED;
     }
@@ -244,7 +244,7 @@ void span_md_inner_free(span_md_inner_t *wrap)
     ucs_list_del(&wrap->list);
     pthread_mutex_unlock(&span_md_inner_list_lock);
     if (kh_size(&wrap->regs) > 0) {
-        ucs_debug("span: inner md %p closed with %u registrations of others "
+        ucs_debug("span inner md %p: closed with %u registrations of others "
                   "still recorded", wrap, kh_size(&wrap->regs));
     }
     kh_destroy_inplace(span_md_inner_regs, &wrap->regs);

@@ -248,7 +248,7 @@ static ucs_status_t span_md_limits(span_md_t *smd,
                                                   smd->chunk_size / 4), 0) :
                        span_md_page_align(config->chunk_overlap, 1);
         if ((smd->overlap == 0) || (smd->overlap >= smd->chunk_size)) {
-            ucs_error("span: md %p: chunks of %" PRIu64 " bytes (limit %"
+            ucs_error("span md %p: chunks of %" PRIu64 " bytes (limit %"
                       PRIu64 ", inner max_reg %zu) cannot overlap by %" PRIu64
                       " bytes: UCX_SPAN_MAX_CHUNK must be at least 4 pages "
                       "and UCX_SPAN_CHUNK_OVERLAP below it", smd,
@@ -261,14 +261,14 @@ static ucs_status_t span_md_limits(span_md_t *smd,
     smd->unit_size = (config->test_unit_size == UCS_MEMUNITS_INF) ? 0 :
                      config->test_unit_size;
     if ((smd->unit_size % SPAN_RKEY_PAGE) != 0) {
-        ucs_error("span: UCX_SPAN_TEST_UNIT_SIZE=%" PRIu64 " is not a whole "
-                  "number of 4 KiB pages", smd->unit_size);
+        ucs_error("span md %p: UCX_SPAN_TEST_UNIT_SIZE=%" PRIu64 " is not a "
+                  "whole number of 4 KiB pages", smd, smd->unit_size);
         return UCS_ERR_INVALID_PARAM;
     }
 
     if (config->test_no_resource == 1) {
-        ucs_error("span: UCX_SPAN_TEST_NO_RESOURCE=1 would refuse every op "
-                  "forever; the first piece to refuse is 2 or later");
+        ucs_error("span md %p: UCX_SPAN_TEST_NO_RESOURCE=1 would refuse every "
+                  "op forever; the first piece to refuse is 2 or later", smd);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -278,7 +278,7 @@ static ucs_status_t span_md_limits(span_md_t *smd,
     smd->test_fail_reg    = config->test_fail_reg;
     smd->test_fail_dereg  = config->test_fail_dereg;
     smd->test_no_resource = config->test_no_resource;
-    ucs_debug("span: md %p: chunks of %" PRIu64 " bytes overlapping by %"
+    ucs_debug("span md %p: chunks of %" PRIu64 " bytes overlapping by %"
               PRIu64 ", units of %" PRIu64, smd, smd->chunk_size,
               smd->overlap, smd->unit_size);
     return UCS_OK;
@@ -360,7 +360,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
     if ((name_len < 2) || (name_len > sizeof(inner_name)) ||
         strcmp(md_name + name_len - 1, SPAN_TWIN_SUFFIX)) {
-        ucs_error("span: '%s' is not the name of a twin MD", md_name);
+        ucs_error("span md '%s': is not the name of a twin MD", md_name);
         return UCS_ERR_NO_DEVICE;
     }
     ucs_strncpy_zero(inner_name, md_name, name_len);
@@ -375,7 +375,8 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     smd->inner_component = span_md_find_inner_component(component,
                                                         inner_name);
     if (smd->inner_component == NULL) {
-        ucs_error("span: no component offers the MD '%s'", inner_name);
+        ucs_error("span md '%s': no component offers the MD '%s'", md_name,
+                  inner_name);
         status = UCS_ERR_NO_DEVICE;
         goto err_free;
     }
@@ -383,23 +384,23 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     smd->inner_id = span_rkey_component_id(smd->inner_component->name);
     status        = span_md_open_inner(smd, inner_name);
     if (status != UCS_OK) {
-        ucs_debug("span: failed to open inner MD '%s': %s", inner_name,
-                  ucs_status_string(status));
+        ucs_debug("span md '%s': failed to open inner MD '%s': %s", md_name,
+                  inner_name, ucs_status_string(status));
         goto err_free;
     }
 
     smd->inner_attr.field_mask = UINT64_MAX;
     status = uct_md_query_v2(smd->inner, &smd->inner_attr);
     if (status != UCS_OK) {
-        ucs_error("span: failed to query inner MD '%s': %s", inner_name,
-                  ucs_status_string(status));
+        ucs_error("span md '%s': failed to query inner MD '%s': %s", md_name,
+                  inner_name, ucs_status_string(status));
         goto err_close;
     }
 
     if (smd->inner_attr.rkey_packed_size > SPAN_RKEY_MAX_KEY) {
-        ucs_diag("span: MD '%s' packs %zu-byte rkeys, more than the %d bytes "
-                 "a span rkey can hold inline; '%s' is not offered",
-                 inner_name, smd->inner_attr.rkey_packed_size,
+        ucs_diag("span md '%s': MD '%s' packs %zu-byte rkeys, more than the "
+                 "%d bytes a span rkey can hold inline; '%s' is not offered",
+                 md_name, inner_name, smd->inner_attr.rkey_packed_size,
                  SPAN_RKEY_MAX_KEY, md_name);
         status = UCS_ERR_UNSUPPORTED;
         goto err_close;
@@ -428,7 +429,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     if (smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) {
         smd->cuda = span_cuda_driver();
         if (smd->cuda == NULL) {
-            ucs_diag("span: md '%s': no CUDA driver to resolve allocations: "
+            ucs_diag("span md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
         } else {
             smd->dev_mem_type             = UCS_MEMORY_TYPE_CUDA;

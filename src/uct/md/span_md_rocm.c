@@ -14,7 +14,7 @@ void span_md_rocm_init(span_md_t *smd, const char *md_name)
     }
     smd->cuda = span_rocm_driver();
     if (smd->cuda == NULL) {
-        ucs_diag("span: md '%s': no HIP runtime to resolve allocations: ROCm "
+        ucs_diag("span md '%s': no HIP runtime to resolve allocations: ROCm "
                  "memory is registered as given", md_name);
         return;
     }

@@ -109,9 +109,9 @@ static void span_registry_stale(span_registry_entry_t *entry, uint64_t start,
     /* read without the lock by span_registry_valid */
     __atomic_store_n(&entry->valid, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&entry->stats->invalidations, 1, __ATOMIC_RELAXED);
-    ucs_debug("span: registration [0x%" PRIx64 ", +%" PRIu64 ") is stale: "
-              "[0x%" PRIx64 ", +%" PRIu64 ") %s", entry->start, entry->length,
-              start, length, why);
+    ucs_debug("span registry: registration [0x%" PRIx64 ", +%" PRIu64 ") is "
+              "stale: [0x%" PRIx64 ", +%" PRIu64 ") %s", entry->start,
+              entry->length, start, length, why);
 }
 
 static ucs_hlist_head_t *span_registry_bucket(ucs_hlist_head_t *index,
@@ -294,8 +294,8 @@ static void span_registry_slot_key_create(void)
 {
     if (pthread_key_create(&span_registry_slot_key,
                            span_registry_slot_exit) != 0) {
-        ucs_warn("span: no thread key: requests inside registered device "
-                 "units take the registry's lock");
+        ucs_warn("span registry: no thread key: requests inside registered "
+                 "device units take the registry's lock");
         return;
     }
     span_registry_slot_keyed = 1;
@@ -541,8 +541,8 @@ void span_registry_purge(const void *owner)
     }
     pthread_mutex_unlock(&span_registry_lock);
     if (held > 0) {
-        ucs_warn("span: %u registrations of md %p were not released before "
-                 "it closed: they are never served again", held, owner);
+        ucs_warn("span md %p: %u registrations were not released before "
+                 "it closed: they are never served again", owner, held);
     }
 }
 

@@ -126,12 +126,12 @@ static ucs_status_t span_cuda_copy_device(span_cuda_copy_t *copy,
         access.location.id = device;
         if (span_libcuda.cuMemSetAccess(map->base, map->length, &access, 1) !=
             CUDA_SUCCESS) {
-            ucs_error("span cuda vmm: cannot give device %d access to the "
+            ucs_error("span cuda copy: cannot give device %d access to the "
                       "%" PRIu64 "-byte mapping of process %u", device,
                       map->length, map->pid);
             return UCS_ERR_NO_DEVICE;
         }
-        ucs_debug("span cuda vmm: device %d copies through the mapping of "
+        ucs_debug("span cuda copy: device %d copies through the mapping of "
                   "process %u too", device, map->pid);
         map->devices |= 1ull << device;
     }

@@ -185,7 +185,7 @@ ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
     if (keys[0].magic == SPAN_ROCM_VMM_MAGIC) {
         return span_rocm_vmm_import(keys, geom, map);
     }
-    ucs_error("span: built without CUDA: cannot map %u device units",
+    ucs_error("span cuda vmm: built without CUDA: cannot map %u device units",
               geom->num_chunks);
     return UCS_ERR_UNREACHABLE;
 }

@@ -140,7 +140,7 @@ ucs_status_t span_rocm_vmm_import(const span_vmm_key_t *keys,
                                   const span_chunk_geom_t *geom,
                                   span_vmm_map_t *map)
 {
-    ucs_error("span: built without ROCm: cannot map %u device units",
+    ucs_error("span rocm vmm: built without ROCm: cannot map %u device units",
               geom->num_chunks);
     return UCS_ERR_UNREACHABLE;
 }

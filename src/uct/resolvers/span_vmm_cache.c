@@ -110,7 +110,7 @@ static void span_vmm_free_dropped(ucs_list_link_t *dropped)
     span_vmm_entry_t *entry, *tmp;
 
     ucs_list_for_each_safe(entry, tmp, dropped, list) {
-        ucs_debug("span cuda vmm: %s %u units of process %u",
+        ucs_debug("span vmm cache: %s %u units of process %u",
                   span_vmm_entry_owned(entry) ?
                   "unmapped" : "forgot the parent's mapping of",
                   entry->geom.num_chunks, entry->map.pid);
@@ -167,7 +167,7 @@ static ucs_status_t span_vmm_entry_new(const span_vmm_key_t *keys,
 
     entry = calloc(1, sizeof(*entry) + size);
     if (entry == NULL) {
-        ucs_error("span cuda vmm: no memory to map %u units",
+        ucs_error("span vmm cache: no memory to map %u units",
                   geom->num_chunks);
         return UCS_ERR_NO_MEMORY;
     }
@@ -218,7 +218,7 @@ ucs_status_t span_vmm_cache_get(const span_vmm_key_t *keys,
         entry->listed = 1;
         pthread_mutex_unlock(&span_vmm_cache_lock);
     } else {
-        ucs_debug("span cuda vmm: the export table of process %u cannot be "
+        ucs_debug("span vmm cache: the export table of process %u cannot be "
                   "mapped or no longer holds the units: the mapping of %u "
                   "units is not cached", entry->map.pid, geom->num_chunks);
     }

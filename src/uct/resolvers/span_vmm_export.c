@@ -149,7 +149,7 @@ static ucs_status_t span_vmm_table_reserve(int fd)
              sizeof(header)) ||
             (fcntl(span_vmm_exports.table, F_ADD_SEALS,
                    F_SEAL_SHRINK | F_SEAL_SEAL) != 0)) {
-            ucs_error("span cuda vmm: cannot make the export table: %m");
+            ucs_error("span vmm export: cannot make the export table: %m");
             if (span_vmm_exports.table >= 0) {
                 close(span_vmm_exports.table);
                 span_vmm_exports.table = -1;
@@ -165,7 +165,7 @@ static ucs_status_t span_vmm_table_reserve(int fd)
     size = ((need + SPAN_VMM_TABLE_GROW - 1) / SPAN_VMM_TABLE_GROW) *
            SPAN_VMM_TABLE_GROW;
     if (ftruncate(span_vmm_exports.table, size) != 0) {
-        ucs_error("span cuda vmm: cannot grow the export table to %" PRIu64
+        ucs_error("span vmm export: cannot grow the export table to %" PRIu64
                   " bytes for descriptor %d: %m", size, fd);
         return UCS_ERR_NO_MEMORY;
     }
@@ -214,7 +214,7 @@ static ucs_status_t span_vmm_export_list(span_vmm_export_t *export)
     }
     export->serial = ++span_vmm_exports.serial;
     if (!span_vmm_table_write(export->fd, export->serial, export->size)) {
-        ucs_error("span cuda vmm: cannot write the export table: %m");
+        ucs_error("span vmm export: cannot write the export table: %m");
         return UCS_ERR_IO_ERROR;
     }
     export->refcount = 1;
@@ -232,7 +232,7 @@ static ucs_status_t span_vmm_export_list(span_vmm_export_t *export)
 static void span_vmm_export_withdraw(span_vmm_export_t *export)
 {
     if (!span_vmm_table_write(export->fd, 0, 0)) {
-        ucs_warn("span cuda vmm: cannot clear descriptor %d in the export "
+        ucs_warn("span vmm export: cannot clear descriptor %d in the export "
                  "table (%m): an importer's key of it is refused by its "
                  "serial once the number is used again", export->fd);
     }
@@ -282,8 +282,8 @@ ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
     /* a driver's export takes no flags and may come inheritable (CUDA's
      * does): a program this process executes must not hold the unit */
     if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
-        ucs_error("span vmm: cannot make the export %d of the unit at 0x%"
-                  PRIx64 " close-on-exec: %m", fd, base);
+        ucs_error("span vmm export: cannot make the export %d of the unit at "
+                  "0x%" PRIx64 " close-on-exec: %m", fd, base);
         close(fd);
         free(export);
         return UCS_ERR_IO_ERROR;
@@ -338,7 +338,7 @@ void span_vmm_export_invalidate(uint64_t start, uint64_t length)
                                list) {
             if ((start < export->base + export->size) &&
                 (export->base < end)) {
-                ucs_debug("span cuda vmm: [0x%" PRIx64 ", +%" PRIu64 ") is "
+                ucs_debug("span vmm export: [0x%" PRIx64 ", +%" PRIu64 ") is "
                           "unmapped: export %" PRIu64 " (descriptor %d) "
                           "withdrawn", export->base, export->size,
                           export->serial, export->fd);
@@ -366,7 +366,7 @@ ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
 
     table = span_peer_pidfd_getfd(pidfd, key->table_fd);
     if (table < 0) {
-        ucs_error("span cuda vmm: cannot take the export table (descriptor "
+        ucs_error("span vmm export: cannot take the export table (descriptor "
                   "%u) of process %u: %m", key->table_fd, key->pid);
         return UCS_ERR_UNREACHABLE;
     }
@@ -377,7 +377,7 @@ ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
         (pread(table, header, sizeof(header), 0) != sizeof(header)) ||
         (header[0] != SPAN_VMM_TABLE_MAGIC) ||
         (header[1] != key->table_id)) {
-        ucs_error("span cuda vmm: descriptor %u of process %u ('%s') is not "
+        ucs_error("span vmm export: descriptor %u of process %u ('%s') is not "
                   "the export table 0x%" PRIx64 " the key names (the process "
                   "or descriptor was recycled)", key->table_fd, key->pid,
                   link, key->table_id);
@@ -406,7 +406,7 @@ ucs_status_t span_vmm_table_take(int pidfd, int table,
     if (span_vmm_table_says(table, key)) {
         fd = span_peer_pidfd_getfd(pidfd, key->fd);
         if (fd < 0) {
-            ucs_error("span cuda vmm: pidfd_getfd(fd %u of process %u) "
+            ucs_error("span vmm export: pidfd_getfd(fd %u of process %u) "
                       "failed: %m (ptrace attach rights over the exporter "
                       "are needed, as for cuda_ipc)", key->fd, key->pid);
             return UCS_ERR_UNREACHABLE;
@@ -421,7 +421,7 @@ ucs_status_t span_vmm_table_take(int pidfd, int table,
     if (fd >= 0) {
         close(fd);
     }
-    ucs_error("span cuda vmm: descriptor %u of process %u is not export %"
+    ucs_error("span vmm export: descriptor %u of process %u is not export %"
               PRIu64 " of %" PRIu64 " bytes any more (deregistered or "
               "unmapped since the rkey was packed)", key->fd, key->pid,
               key->serial, key->size);
@@ -441,7 +441,7 @@ static ucs_status_t span_vmm_unit_take(int pidfd, int table,
 
     if ((key->magic != importer->magic) || (key->pid != pid) ||
         (key->size != size)) {
-        ucs_error("span vmm: a unit key does not describe the %" PRIu64
+        ucs_error("span vmm export: a unit key does not describe the %" PRIu64
                   "-byte unit of process %u the rkey's geometry makes", size,
                   pid);
         return UCS_ERR_INVALID_PARAM;
@@ -515,7 +515,7 @@ ucs_status_t span_vmm_map_units(const span_vmm_importer_t *importer,
     }
     pidfd = span_peer_pidfd_open(keys[0].pid);
     if (pidfd < 0) {
-        ucs_error("span vmm: pidfd_open(%u) failed: %m", keys[0].pid);
+        ucs_error("span vmm export: pidfd_open(%u) failed: %m", keys[0].pid);
         return UCS_ERR_UNREACHABLE;
     }
     status = span_vmm_map_table(importer, pidfd, keys, geom, va, &mapped);
@@ -552,7 +552,7 @@ ucs_status_t span_vmm_table_view_open(const span_vmm_key_t *keys,
      * a memfd's end is SIGBUS) */
     if (!(fcntl(table, F_GET_SEALS) & F_SEAL_SHRINK) ||
         (fstat(table, &st) != 0) || ((uint64_t)st.st_size < length)) {
-        ucs_debug("span cuda vmm: the export table of process %u is not "
+        ucs_debug("span vmm export: the export table of process %u is not "
                   "sealed or shorter than %zu bytes", keys[0].pid, length);
         goto out_table;
     }

@@ -166,7 +166,7 @@ static ucs_status_t span_ucx_select_by_symbols(void *libuct,
             return UCS_OK;
         }
     }
-    ucs_warn("span: libuct_span supports UCX %s, but %s matches none of "
+    ucs_warn("span ucx: libuct_span supports UCX %s, but %s matches none of "
              "them and the process has no libucp to tell its version; it "
              "does not register", supported, libuct_path);
     return UCS_ERR_UNSUPPORTED;
@@ -185,7 +185,7 @@ ucs_status_t span_ucx_select(void)
     span_ucx_supported(supported, sizeof(supported));
     if (!dladdr((void*)uct_md_open, &info) || (info.dli_fname == NULL) ||
         ((libuct = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
-        ucs_warn("span: cannot find the libuct this process uses; "
+        ucs_warn("span ucx: cannot find the libuct this process uses; "
                  "libuct_span (UCX %s) does not register", supported);
         return UCS_ERR_UNSUPPORTED;
     }
@@ -201,12 +201,12 @@ ucs_status_t span_ucx_select(void)
     find.get_version(&major, &minor, &release);
     layout = span_ucx_layout_find(major, minor);
     if (layout == NULL) {
-        ucs_warn("span: libuct_span supports UCX %s but is loaded into UCX "
+        ucs_warn("span ucx: libuct_span supports UCX %s but is loaded into UCX "
                  "%u.%u.%u; it does not register", supported, major, minor,
                  release);
         status = UCS_ERR_UNSUPPORTED;
     } else if (!span_ucx_layout_fits(layout, libuct)) {
-        ucs_warn("span: UCX %u.%u.%u (%s) lacks '%s' or has '%s', unlike "
+        ucs_warn("span ucx: UCX %u.%u.%u (%s) lacks '%s' or has '%s', unlike "
                  "every %u.%u; libuct_span does not register rather than "
                  "guess its layout", major, minor, release, info.dli_fname,
                  layout->has_symbol,
@@ -221,7 +221,7 @@ ucs_status_t span_ucx_select(void)
 out:
     dlclose(libuct);
     if (status == UCS_OK) {
-        ucs_debug("span: UCX %u.%u layout selected (libuct %s)",
+        ucs_debug("span ucx: UCX %u.%u layout selected (libuct %s)",
                   span_ucx->major, span_ucx->minor, info.dli_fname);
     }
     return status;
@@ -272,10 +272,11 @@ int span_ucx_iface_check(uct_iface_h iface, uct_md_h md, uct_worker_h worker)
     }
 
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
-        ucs_warn("span: iface %p of UCX %u.%u is not laid out as span reads "
-                 "it (md %p, opened on %p; worker %p, expected %p); twins of "
-                 "this transport are not offered", iface, span_ucx->major,
-                 span_ucx->minor, base->md, md, base->worker, worker);
+        ucs_warn("span iface %p: UCX %u.%u does not lay it out as span "
+                 "reads it (md %p, opened on %p; worker %p, expected %p); "
+                 "twins of this transport are not offered", iface,
+                 span_ucx->major, span_ucx->minor, base->md, md, base->worker,
+                 worker);
     }
     return 0;
 }

@@ -5,10 +5,14 @@
 #ifndef SPAN_TEST_FORK_H_
 #define SPAN_TEST_FORK_H_
 
+#include <gtest/gtest.h>
+
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <thread>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,6 +84,35 @@ static inline bool test_pipe_wait_closed(int fd, unsigned seconds)
     char c;
 
     return (poll(&pfd, 1, seconds * 1000) == 1) && (read(fd, &c, 1) == 0);
+}
+
+/* Forks children one after another while a second thread runs work over
+ * and over: each child runs body, in which a module must be usable (it
+ * must not inherit a lock of it held by a thread the child does not have,
+ * nor a half-made entry). The test fails at the first child that does not
+ * exit with 0 within 5 s. */
+static inline void test_fork_amid(const std::function<void()> &work,
+                                  const std::function<int()> &body,
+                                  int children = 20)
+{
+    std::atomic<bool> stop{false};
+    std::thread worker([&] {
+        while (!stop) {
+            work();
+        }
+    });
+
+    for (int c = 0; c < children; ++c) {
+        pid_t child = test_fork(body);
+        int status  = (child < 0) ? -3 : test_fork_wait(child, 5);
+        if (status != 0) {
+            ADD_FAILURE() << "child " << c << " of " << children
+                          << ": status " << status;
+            break;
+        }
+    }
+    stop = true;
+    worker.join();
 }
 
 #endif

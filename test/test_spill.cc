@@ -13,8 +13,6 @@ extern "C" {
 #include <chrono>
 #include <fcntl.h>
 #include <future>
-#include <atomic>
-#include <thread>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -188,39 +186,23 @@ TEST(span_spill, a_child_leaves_the_parents_slots_alone)
  * must not inherit the arena's lock held by a thread it does not have) */
 TEST(span_spill, a_fork_amid_spills_leaves_the_child_an_arena)
 {
-    const int children = 20;
     auto keys = keys_of(3, 192, 21);
-    std::atomic<bool> stop{false};
 
-    std::thread worker([&] {
-        while (!stop) {
-            span_rkey_spill_t r;
-            ASSERT_EQ(UCS_OK, span_spill_put(keys.data(), 3, 192, &r));
-            span_spill_remove(&r);
-        }
+    test_fork_amid([&] {
+        span_rkey_spill_t r;
+        ASSERT_EQ(UCS_OK, span_spill_put(keys.data(), 3, 192, &r));
+        span_spill_remove(&r);
+    }, [&] {
+        std::vector<uint8_t> back(keys.size());
+        span_rkey_spill_t r;
+
+        TEST_CHILD_CHECK(span_spill_put(keys.data(), 3, 192, &r) == UCS_OK);
+        TEST_CHILD_CHECK(span_spill_fetch(&r, 3, 192, back.data()) ==
+                         UCS_OK);
+        TEST_CHILD_CHECK(back == keys);
+        span_spill_remove(&r);
+        return 0;
     });
-    for (int c = 0; c < children; ++c) {
-        pid_t child = test_fork([&] {
-            std::vector<uint8_t> back(keys.size());
-            span_rkey_spill_t r;
-
-            TEST_CHILD_CHECK(span_spill_put(keys.data(), 3, 192, &r) ==
-                             UCS_OK);
-            TEST_CHILD_CHECK(span_spill_fetch(&r, 3, 192, back.data()) ==
-                             UCS_OK);
-            TEST_CHILD_CHECK(back == keys);
-            span_spill_remove(&r);
-            return 0;
-        });
-        int status = (child < 0) ? -3 : test_fork_wait(child, 5);
-        if (status != 0) {
-            ADD_FAILURE() << "child " << c << " of " << children
-                          << ": status " << status;
-            break;
-        }
-    }
-    stop = true;
-    worker.join();
 }
 
 /*

@@ -1,4 +1,4 @@
-/* What the UCT-level tests (test_uct.cc, vm/test_verbs_vm.cc) open alike:
+/* What the UCT-level tests (test_uct*.cc, vm/test_verbs_vm.cc) open alike:
  * components, MDs, device ifaces and an ep of an iface to itself */
 #ifndef SPAN_TEST_UCT_UTIL_H_
 #define SPAN_TEST_UCT_UTIL_H_

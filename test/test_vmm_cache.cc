@@ -21,8 +21,6 @@ extern "C" {
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -239,39 +237,22 @@ TEST_F(vmm_cache, a_child_maps_anew_and_leaves_the_parents_mappings)
  * must not inherit the cache's lock held by a thread it does not have) */
 TEST_F(vmm_cache, a_fork_amid_lookups_leaves_the_child_a_cache)
 {
-    const int held = 64, children = 20;
+    const int held = 64;
     std::vector<span_vmm_map_t*> maps;
     std::vector<span_vmm_key_t> k = {export_unit()};
-    std::atomic<bool> stop{false};
 
     for (int i = 0; i < held; ++i) { /* a long list to walk */
         maps.push_back(get({export_unit()}));
     }
-    std::thread worker([&] {
-        while (!stop) {
-            span_vmm_cache_purge();
-        }
-    });
-    for (int c = 0; c < children; ++c) {
-        pid_t child = test_fork([&] {
-            span_chunk_geom_t g = geom(1);
-            span_vmm_map_t *m;
+    test_fork_amid(span_vmm_cache_purge, [&] {
+        span_chunk_geom_t g = geom(1);
+        span_vmm_map_t *m;
 
-            TEST_CHILD_CHECK(span_vmm_cache_get(k.data(), &g, &m) ==
-                             UCS_OK);
-            span_vmm_cache_put(m);
-            span_vmm_cache_purge();
-            return 0;
-        });
-        int status = (child < 0) ? -3 : test_fork_wait(child, 5);
-        if (status != 0) {
-            ADD_FAILURE() << "child " << c << " of " << children
-                          << ": status " << status;
-            break;
-        }
-    }
-    stop = true;
-    worker.join();
+        TEST_CHILD_CHECK(span_vmm_cache_get(k.data(), &g, &m) == UCS_OK);
+        span_vmm_cache_put(m);
+        span_vmm_cache_purge();
+        return 0;
+    });
     for (auto m : maps) {
         span_vmm_cache_put(m);
     }

@@ -343,51 +343,35 @@ TEST_F(vmm_export, a_child_leaves_the_parents_exports_alone)
  * nor a half-made entry) */
 TEST_F(vmm_export, a_fork_amid_exports_leaves_the_child_a_table)
 {
-    const int units = 4, children = 20;
-    std::atomic<bool> stop{false};
+    const int units = 4;
+    int i = 0; /* the worker's only */
 
     for (int u = 0; u < units; ++u) {
         fake_ids[base + u * 2 * MiB] = 80 + u;
     }
     fake_ids[base + 32 * MiB] = 90;
-    std::thread worker([&] {
-        for (int i = 0; !stop; ++i) {
-            span_vmm_key_t key;
-            span_vmm_export_t *e;
-            ASSERT_EQ(UCS_OK, span_vmm_export_get(
-                    &fake_ops, base + (i % units) * 2 * MiB, 2 * MiB, &key,
-                    &e));
-            span_vmm_export_put(e);
-        }
-    });
-    for (int c = 0; c < children; ++c) {
-        pid_t child = test_fork([&] {
-            span_vmm_key_t key;
-            span_vmm_export_t *e;
-            struct stat st;
-            int self = syscall(SYS_pidfd_open, getpid(), 0);
+    test_fork_amid([&] {
+        span_vmm_key_t key;
+        span_vmm_export_t *e;
+        ASSERT_EQ(UCS_OK, span_vmm_export_get(
+                &fake_ops, base + (i++ % units) * 2 * MiB, 2 * MiB, &key,
+                &e));
+        span_vmm_export_put(e);
+    }, [&] {
+        span_vmm_key_t key;
+        span_vmm_export_t *e;
+        struct stat st;
+        int self = syscall(SYS_pidfd_open, getpid(), 0);
 
-            TEST_CHILD_CHECK(span_vmm_export_get(&fake_ops,
-                                                 base + 32 * MiB,
-                                                 2 * MiB, &key, &e) ==
-                             UCS_OK);
-            TEST_CHILD_CHECK(fstat(key.fd, &st) == 0);
-            TEST_CHILD_CHECK(take(self, key, st.st_ino) == UCS_OK);
-            span_vmm_export_put(e);
-            log_counter logs;
-            TEST_CHILD_CHECK(take(self, key, st.st_ino) ==
-                             UCS_ERR_INVALID_ADDR);
-            return 0;
-        });
-        int status = (child < 0) ? -3 : test_fork_wait(child, 5);
-        if (status != 0) {
-            ADD_FAILURE() << "child " << c << " of " << children
-                          << ": status " << status;
-            break;
-        }
-    }
-    stop = true;
-    worker.join();
+        TEST_CHILD_CHECK(span_vmm_export_get(&fake_ops, base + 32 * MiB,
+                                             2 * MiB, &key, &e) == UCS_OK);
+        TEST_CHILD_CHECK(fstat(key.fd, &st) == 0);
+        TEST_CHILD_CHECK(take(self, key, st.st_ino) == UCS_OK);
+        span_vmm_export_put(e);
+        log_counter logs;
+        TEST_CHILD_CHECK(take(self, key, st.st_ino) == UCS_ERR_INVALID_ADDR);
+        return 0;
+    });
 }
 
 TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)

@@ -2,12 +2,30 @@
  * The twin's data ops.
  *
  * Each translates span rkeys and memhs to inner ones, checks the remote
- * range, and calls the inner transport's op, found through the table of
- * twin ifaces (span_iface_table.h), or with no lookup, for the ops that
- * make one access, where every open twin has the same one.
+ * range, and calls the inner transport's op. The common case of each is a
+ * straight line with no lookup: every open twin has the same inner ops
+ * (span_iface_uniform()), and the access lies in one chunk of its rkey and
+ * of its memh. Every other case (chunks, VMM copies, ops split at unit
+ * ends, twins of several transports) takes a path out of line, which finds
+ * the twin state of the iface in the table (span_iface_table.h).
  */
+
+/* Data-path traces are compiled out, as in UCX's release builds, unless
+ * built with -DUCS_MAX_LOG_LEVEL=UCS_LOG_LEVEL_TRACE_DATA */
+#ifndef UCS_MAX_LOG_LEVEL
+#  define UCS_MAX_LOG_LEVEL UCS_LOG_LEVEL_DEBUG
+#endif
+
 #include "span_ep.h"
 #include "md/span_md.h"
+
+/* UCX's profiling of the zero-copy ops, as its transports have it: on where
+ * built with -DHAVE_PROFILING (UCX's own switch), free otherwise */
+#ifdef HAVE_PROFILING
+#  include <ucs/profile/profile_on.h>
+#else
+#  include <ucs/profile/profile_off.h>
+#endif
 
 static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
 {
@@ -15,26 +33,33 @@ static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
 }
 
 /* Copies iov with inner memhs; the bytes it covers, or SIZE_MAX when an
- * entry crosses a local chunk end (or there are too many entries) */
+ * entry crosses a local chunk end (or there are too many entries). Entries
+ * of one memh of one inner handle, the common case, translate it once: it
+ * holds every byte (avail UINT64_MAX), so they cross no end. */
 static UCS_F_ALWAYS_INLINE size_t
 span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
 {
+    uct_mem_h memh = UCT_MEM_HANDLE_NULL, inner = UCT_MEM_HANDLE_NULL;
+    uint64_t avail = UINT64_MAX;
     size_t i, total = 0;
-    uint64_t avail;
 
     if (ucs_unlikely(iovcnt > SPAN_IOV_MAX)) {
         return SIZE_MAX;
     }
 
     for (i = 0; i < iovcnt; ++i) {
-        dst[i]      = src[i];
-        dst[i].memh = span_memh_inner(src[i].memh, src[i].buffer, &avail);
-        if (ucs_unlikely((src[i].count > 1) ?
-                         !span_iov_whole(&src[i], avail) :
-                         (src[i].length > avail))) {
-            return SIZE_MAX;
+        dst[i] = src[i];
+        if ((src[i].memh != memh) || (avail != UINT64_MAX)) {
+            memh  = src[i].memh;
+            inner = span_memh_inner(memh, src[i].buffer, &avail);
+            if (ucs_unlikely((src[i].count > 1) ?
+                             !span_iov_whole(&src[i], avail) :
+                             (src[i].length > avail))) {
+                return SIZE_MAX;
+            }
         }
-        total += src[i].length * src[i].count;
+        dst[i].memh = inner;
+        total      += src[i].length * src[i].count;
     }
     return total;
 }
@@ -262,55 +287,142 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
                                remote, comp);
 }
 
-/* put or get zcopy: one inner op where the remote range lies in one chunk
- * and no local entry crosses a chunk end, the splitter otherwise */
+/* put or get zcopy through span: device copies where the rkey maps VMM
+ * units, the splitter where the op crosses a chunk end on either side */
+static UCS_F_NOINLINE ucs_status_t
+span_ep_rma_zcopy_span(uct_ep_h ep, int is_put, const uct_iov_t *iov,
+                       size_t iovcnt, uint64_t remote_addr,
+                       const span_rkey_t *srkey, uct_completion_t *comp)
+{
+    span_iface_t *siface = span_iface_get(ep->iface);
+
+    if (srkey->vmm != NULL) {
+        return span_ep_vmm_zcopy(siface, is_put, iov, iovcnt, remote_addr,
+                                 srkey, comp);
+    }
+    return span_split_zcopy(&siface->queue, ep,
+                            is_put ? siface->ops.ep_put_zcopy :
+                                     siface->ops.ep_get_zcopy,
+                            is_put ? siface->put_max_iov :
+                                     siface->get_max_iov,
+                            iov, iovcnt, remote_addr, srkey, comp);
+}
+
+/* put or get zcopy, every case: one inner op where the remote range lies
+ * in one chunk and no local entry crosses a chunk end, span's own path
+ * otherwise */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                   size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
                   uct_completion_t *comp)
 {
-    span_iface_t *siface = span_iface_get(ep->iface);
-    uct_ep_put_zcopy_func_t zcopy = is_put ? siface->ops.ep_put_zcopy :
-                                             siface->ops.ep_get_zcopy;
+    const span_rkey_t *srkey = span_rkey(rkey);
     uct_iov_t inner_iov[SPAN_IOV_MAX];
     size_t length = span_iov_translate(inner_iov, iov, iovcnt);
+    const uct_iface_ops_t *ops;
     uct_rkey_t inner;
     uint64_t avail;
 
-    if (ucs_unlikely(!span_rkey_check(span_rkey(rkey), remote_addr,
+    if (ucs_unlikely(!span_rkey_check(srkey, remote_addr,
                                       (length == SIZE_MAX) ?
                                       span_iov_length(iov, iovcnt) :
                                       length))) {
         return UCS_ERR_INVALID_ADDR;
     }
-    if (ucs_unlikely(span_rkey(rkey)->vmm != NULL)) {
-        return span_ep_vmm_zcopy(siface, is_put, iov, iovcnt, remote_addr,
-                                 span_rkey(rkey), comp);
-    }
-    if (ucs_likely(length != SIZE_MAX)) {
-        inner = span_rkey_inner(span_rkey(rkey), remote_addr, &avail);
+    if (ucs_likely((length != SIZE_MAX) && (srkey->vmm == NULL))) {
+        inner = span_rkey_inner(srkey, remote_addr, &avail);
         if (ucs_likely(length <= avail)) {
-            return zcopy(ep, inner_iov, iovcnt, remote_addr, inner, comp);
+            ops = span_iface_uniform() ? &span_iface_uniform_ops :
+                                         &span_iface_get(ep->iface)->ops;
+            return (is_put ? ops->ep_put_zcopy : ops->ep_get_zcopy)(
+                    ep, inner_iov, iovcnt, remote_addr, inner, comp);
         }
     }
-    return span_split_zcopy(&siface->queue, ep, zcopy,
-                            is_put ? siface->put_max_iov :
-                                     siface->get_max_iov,
-                            iov, iovcnt, remote_addr, span_rkey(rkey), comp);
+    return span_ep_rma_zcopy_span(ep, is_put, iov, iovcnt, remote_addr, srkey,
+                                  comp);
 }
 
-static ucs_status_t span_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
-                                      size_t iovcnt, uint64_t remote_addr,
-                                      uct_rkey_t rkey, uct_completion_t *comp)
+static UCS_F_NOINLINE ucs_status_t
+span_ep_put_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                       uint64_t remote_addr, uct_rkey_t rkey,
+                       uct_completion_t *comp)
 {
     return span_ep_rma_zcopy(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
 }
 
-static ucs_status_t span_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
-                                      size_t iovcnt, uint64_t remote_addr,
-                                      uct_rkey_t rkey, uct_completion_t *comp)
+static UCS_F_NOINLINE ucs_status_t
+span_ep_get_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                       uint64_t remote_addr, uct_rkey_t rkey,
+                       uct_completion_t *comp)
 {
     return span_ep_rma_zcopy(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+/*
+ * put or get zcopy. The common case is this straight line: every twin over
+ * the same transport, one local entry in a memh of at most one inner
+ * registration, bytes inside the range registered, which one chunk of the
+ * rkey serves whole. An address below the base wraps the offset; the add
+ * carries or ends past the range; an empty op (end - 1 wraps) and any op
+ * with another rkey (whole_length 0) fail the compare. Every other case,
+ * an access out of range included, goes to the slow version, with the same
+ * arguments.
+ */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
+              uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    const span_rkey_t *srkey = span_rkey(rkey);
+    const span_memh_t *smem  = iov->memh;
+    uct_iov_t inner_iov;
+    uint64_t end;
+
+    if (ucs_unlikely((iovcnt != 1) || (iov->count != 1) ||
+                     __builtin_add_overflow(remote_addr - srkey->win_base,
+                                            iov->length, &end) ||
+                     (end - 1 >= srkey->whole_length) ||
+                     !span_memh_is_ours(iov->memh) ||
+                     (smem->num_inner > 1) || !span_iface_uniform())) {
+        return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
+    }
+
+    inner_iov.buffer = iov->buffer;
+    inner_iov.length = iov->length;
+    inner_iov.memh   = smem->inner[0];
+    inner_iov.stride = iov->stride;
+    inner_iov.count  = 1;
+    return (is_put ? span_iface_uniform_ops.ep_put_zcopy :
+                     span_iface_uniform_ops.ep_get_zcopy)(
+            ep, &inner_iov, 1, remote_addr, srkey->inner[0].rkey, comp);
+}
+
+UCS_PROFILE_FUNC(ucs_status_t, span_ep_put_zcopy,
+                 (ep, iov, iovcnt, remote_addr, rkey, comp),
+                 uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                 uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = span_ep_zcopy(ep, 1, iov, iovcnt, remote_addr, rkey,
+                                        comp);
+
+    ucs_trace_data("span: ep %p: PUT_ZCOPY [length %zu] to 0x%" PRIx64
+                   " rkey %p: %s", ep, span_iov_length(iov, iovcnt),
+                   remote_addr, span_rkey(rkey), ucs_status_string(status));
+    return status;
+}
+
+UCS_PROFILE_FUNC(ucs_status_t, span_ep_get_zcopy,
+                 (ep, iov, iovcnt, remote_addr, rkey, comp),
+                 uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                 uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = span_ep_zcopy(ep, 0, iov, iovcnt, remote_addr, rkey,
+                                        comp);
+
+    ucs_trace_data("span: ep %p: GET_ZCOPY [length %zu] from 0x%" PRIx64
+                   " rkey %p: %s", ep, span_iov_length(iov, iovcnt),
+                   remote_addr, span_rkey(rkey), ucs_status_string(status));
+    return status;
 }
 
 /*

@@ -41,12 +41,14 @@ static void UCS_F_CTOR span_iface_fork_register(void)
 uct_iface_ops_t span_iface_uniform_ops;
 int             span_iface_uniform_flag;
 
-static int span_iface_same_access_ops(const uct_iface_ops_t *a,
+static int span_iface_same_fast_ops(const uct_iface_ops_t *a,
                                     const uct_iface_ops_t *b)
 {
     return (a->ep_put_short == b->ep_put_short) &&
            (a->ep_get_short == b->ep_get_short) &&
            (a->ep_get_bcopy == b->ep_get_bcopy) &&
+           (a->ep_put_zcopy == b->ep_put_zcopy) &&
+           (a->ep_get_zcopy == b->ep_get_zcopy) &&
            (a->ep_atomic_cswap64 == b->ep_atomic_cswap64) &&
            (a->ep_atomic_cswap32 == b->ep_atomic_cswap32) &&
            (a->ep_atomic32_post == b->ep_atomic32_post) &&
@@ -61,7 +63,7 @@ static void span_iface_uniform_join(const uct_iface_ops_t *ops)
     if (span_iface_count == 0) {
         span_iface_uniform_ops = *ops;
         __atomic_store_n(&span_iface_uniform_flag, 1, __ATOMIC_RELEASE);
-    } else if (!span_iface_same_access_ops(&span_iface_uniform_ops, ops)) {
+    } else if (!span_iface_same_fast_ops(&span_iface_uniform_ops, ops)) {
         __atomic_store_n(&span_iface_uniform_flag, 0, __ATOMIC_RELAXED);
     }
 }

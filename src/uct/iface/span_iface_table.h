@@ -82,9 +82,9 @@ static UCS_F_ALWAYS_INLINE span_iface_t *span_iface_get(uct_iface_h iface)
     return span_iface_table_probe(iface);
 }
 
-/* Whether every open twin has the same inner ops of the ops that make one
- * access (short, bcopy gets, atomics): one transport per process, the
- * common case. span_iface_uniform_ops holds them then. */
+/* Whether every open twin has the same inner ops of the ops that have a
+ * fast path (short, bcopy gets, atomics, put and get zcopy): one transport
+ * per process, the common case. span_iface_uniform_ops holds them then. */
 static UCS_F_ALWAYS_INLINE int span_iface_uniform(void)
 {
     return __atomic_load_n(&span_iface_uniform_flag, __ATOMIC_ACQUIRE);

@@ -3,11 +3,12 @@
  *
  * Each translates span rkeys and memhs to inner ones, checks the remote
  * range, and calls the inner transport's op. The common case of each is a
- * straight line with no lookup: every open twin has the same inner ops
- * (span_iface_uniform()), and the access lies in one chunk of its rkey and
- * of its memh. Every other case (chunks, VMM copies, ops split at unit
- * ends, twins of several transports) takes a path out of line, which finds
- * the twin state of the iface in the table (span_iface_table.h).
+ * straight line with no lookup: every open twin that has the op has the
+ * same inner one (span_iface_uniform_op()), and the access lies in one
+ * chunk of its rkey and of its memh. Every other case (chunks, VMM copies,
+ * ops split at unit ends, twins of transports whose ops differ) takes a
+ * path out of line, which finds the twin state of the iface in the table
+ * (span_iface_table.h).
  */
 
 /* Data-path traces are compiled out, as in UCX's release builds, unless
@@ -107,11 +108,12 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
 
 /*
  * The ops that make one access of _length bytes at remote_addr (short,
- * bcopy gets, atomics): where every twin has the same inner ops and the
- * access lies in an extent of one chunk, the fast version calls the inner
- * op with no lookup and no stack frame of its own; every other case takes
- * the slow version, which checks chunks and finds the iface in the table.
- * The arguments after _params name the inner op's, with key for the rkey.
+ * bcopy gets, atomics): where every twin that has the op has the same inner
+ * one and the access lies in an extent of one chunk, the fast version
+ * calls the inner op with no lookup and no stack frame of its own; every
+ * other case takes the slow version, which checks chunks and finds the
+ * iface in the table. The arguments after _params name the inner op's,
+ * with key for the rkey.
  */
 #define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
     static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \
@@ -129,12 +131,14 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
     \
     static ucs_status_t span_ep_##_op _params \
     { \
+        __typeof__(span_iface_uniform_ops.ep_##_op) inner_op = \
+                span_iface_uniform_op(ep_##_op); \
         uct_rkey_t key; \
         \
-        if (ucs_likely(span_iface_uniform() && \
+        if (ucs_likely((inner_op != NULL) && \
                        span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
                                             _length, &key))) { \
-            return span_iface_uniform_ops.ep_##_op(__VA_ARGS__); \
+            return inner_op(__VA_ARGS__); \
         } \
         key = rkey; \
         return span_ep_##_op##_slow(__VA_ARGS__); \
@@ -320,6 +324,7 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
     uct_iov_t inner_iov[SPAN_IOV_MAX];
     size_t length = span_iov_translate(inner_iov, iov, iovcnt);
     const uct_iface_ops_t *ops;
+    uct_ep_put_zcopy_func_t zcopy;
     uct_rkey_t inner;
     uint64_t avail;
 
@@ -332,10 +337,13 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
     if (ucs_likely((length != SIZE_MAX) && (srkey->vmm == NULL))) {
         inner = span_rkey_inner(srkey, remote_addr, &avail);
         if (ucs_likely(length <= avail)) {
-            ops = span_iface_uniform() ? &span_iface_uniform_ops :
-                                         &span_iface_get(ep->iface)->ops;
-            return (is_put ? ops->ep_put_zcopy : ops->ep_get_zcopy)(
-                    ep, inner_iov, iovcnt, remote_addr, inner, comp);
+            zcopy = is_put ? span_iface_uniform_op(ep_put_zcopy) :
+                             span_iface_uniform_op(ep_get_zcopy);
+            if (zcopy == NULL) {
+                ops   = &span_iface_get(ep->iface)->ops;
+                zcopy = is_put ? ops->ep_put_zcopy : ops->ep_get_zcopy;
+            }
+            return zcopy(ep, inner_iov, iovcnt, remote_addr, inner, comp);
         }
     }
     return span_ep_rma_zcopy_span(ep, is_put, iov, iovcnt, remote_addr, srkey,
@@ -359,10 +367,10 @@ span_ep_get_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
 }
 
 /*
- * put or get zcopy. The common case is this straight line: every twin over
- * the same transport, one local entry in a memh of at most one inner
- * registration, bytes inside the range registered, which one chunk of the
- * rkey serves whole. An address below the base wraps the offset; the add
+ * put or get zcopy. The common case is this straight line: one inner op
+ * for every twin that has it, one local entry in a memh of at most one
+ * inner registration, bytes inside the range registered, which one chunk of
+ * the rkey serves whole. An address below the base wraps the offset; the add
  * carries or ends past the range; an empty op (end - 1 wraps) and any op
  * with another rkey (whole_length 0) fail the compare. Every other case,
  * an access out of range included, goes to the slow version, with the same
@@ -372,8 +380,11 @@ static UCS_F_ALWAYS_INLINE ucs_status_t
 span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
               uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
 {
-    const span_rkey_t *srkey = span_rkey(rkey);
-    const span_memh_t *smem  = iov->memh;
+    const span_rkey_t *srkey      = span_rkey(rkey);
+    const span_memh_t *smem       = iov->memh;
+    uct_ep_put_zcopy_func_t zcopy = is_put ?
+                                    span_iface_uniform_op(ep_put_zcopy) :
+                                    span_iface_uniform_op(ep_get_zcopy);
     uct_iov_t inner_iov;
     uint64_t end;
 
@@ -382,7 +393,7 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
                                             iov->length, &end) ||
                      (end - 1 >= srkey->whole_length) ||
                      !span_memh_is_ours(iov->memh) ||
-                     (smem->num_inner > 1) || !span_iface_uniform())) {
+                     (smem->num_inner > 1) || (zcopy == NULL))) {
         return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
                 ep, iov, iovcnt, remote_addr, rkey, comp);
     }
@@ -392,9 +403,7 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
     inner_iov.memh   = smem->inner[0];
     inner_iov.stride = iov->stride;
     inner_iov.count  = 1;
-    return (is_put ? span_iface_uniform_ops.ep_put_zcopy :
-                     span_iface_uniform_ops.ep_get_zcopy)(
-            ep, &inner_iov, 1, remote_addr, srkey->inner[0].rkey, comp);
+    return zcopy(ep, &inner_iov, 1, remote_addr, srkey->inner[0].rkey, comp);
 }
 
 UCS_PROFILE_FUNC(ucs_status_t, span_ep_put_zcopy,

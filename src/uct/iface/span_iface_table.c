@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Twin ifaces open at once in a process: at most half the slots, which
  * keeps probes short */
@@ -34,38 +35,42 @@ static void UCS_F_CTOR span_iface_fork_register(void)
 }
 
 /*
- * Written only while no twin iface is open (no op runs), and the flag is
- * published after; a twin with other ones clears the flag until the last
- * twin closes.
+ * Written under the lock, as twins join: an op takes the inner op of the
+ * first twin that has it, and keeps it, or becomes NULL for good once a
+ * twin with another joins, until the last twin closes and both tables are
+ * cleared. A twin that lacks an op does not count: it never reaches the
+ * twin's op (span_ep_patch leaves it absent). span_iface_joined_ops holds
+ * the first inner op of each.
  */
-uct_iface_ops_t span_iface_uniform_ops;
-int             span_iface_uniform_flag;
+uct_iface_ops_t        span_iface_uniform_ops;
+static uct_iface_ops_t span_iface_joined_ops;
 
-static int span_iface_same_fast_ops(const uct_iface_ops_t *a,
-                                    const uct_iface_ops_t *b)
-{
-    return (a->ep_put_short == b->ep_put_short) &&
-           (a->ep_get_short == b->ep_get_short) &&
-           (a->ep_get_bcopy == b->ep_get_bcopy) &&
-           (a->ep_put_zcopy == b->ep_put_zcopy) &&
-           (a->ep_get_zcopy == b->ep_get_zcopy) &&
-           (a->ep_atomic_cswap64 == b->ep_atomic_cswap64) &&
-           (a->ep_atomic_cswap32 == b->ep_atomic_cswap32) &&
-           (a->ep_atomic32_post == b->ep_atomic32_post) &&
-           (a->ep_atomic64_post == b->ep_atomic64_post) &&
-           (a->ep_atomic32_fetch == b->ep_atomic32_fetch) &&
-           (a->ep_atomic64_fetch == b->ep_atomic64_fetch);
-}
+#define SPAN_IFACE_UNIFORM_JOIN(_ops, _name) \
+    if ((_ops)->_name != NULL) { \
+        if (span_iface_joined_ops._name == NULL) { \
+            span_iface_joined_ops._name = (_ops)->_name; \
+            __atomic_store_n(&span_iface_uniform_ops._name, (_ops)->_name, \
+                             __ATOMIC_RELAXED); \
+        } else if (span_iface_joined_ops._name != (_ops)->_name) { \
+            __atomic_store_n(&span_iface_uniform_ops._name, NULL, \
+                             __ATOMIC_RELAXED); \
+        } \
+    }
 
 /* Under the lock, as a twin with these inner ops joins the open ones */
 static void span_iface_uniform_join(const uct_iface_ops_t *ops)
 {
-    if (span_iface_count == 0) {
-        span_iface_uniform_ops = *ops;
-        __atomic_store_n(&span_iface_uniform_flag, 1, __ATOMIC_RELEASE);
-    } else if (!span_iface_same_fast_ops(&span_iface_uniform_ops, ops)) {
-        __atomic_store_n(&span_iface_uniform_flag, 0, __ATOMIC_RELAXED);
-    }
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_put_short)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_short)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_bcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_put_zcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_zcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic_cswap64)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic_cswap32)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic32_post)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic64_post)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic32_fetch)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic64_fetch)
 }
 
 static span_iface_slot_t *span_iface_next(span_iface_slot_t *slot)
@@ -154,7 +159,8 @@ span_iface_t *span_iface_table_remove(uct_iface_h iface)
         }
     }
     if ((siface != NULL) && (--span_iface_count == 0)) {
-        __atomic_store_n(&span_iface_uniform_flag, 0, __ATOMIC_RELAXED);
+        memset(&span_iface_uniform_ops, 0, sizeof(span_iface_uniform_ops));
+        memset(&span_iface_joined_ops, 0, sizeof(span_iface_joined_ops));
         free(span_iface_table);
         span_iface_table = NULL;
     }

@@ -1,6 +1,6 @@
 /*
  * The twin state of every open twin iface, found from the iface pointer by
- * a lock-free table, and the inner ops that every open twin shares, which
+ * a lock-free table, and the inner ops that the open twins share, which
  * the ops' fast paths call with no lookup (span_iface_table.c).
  */
 #ifndef SPAN_IFACE_TABLE_H_
@@ -43,10 +43,8 @@ typedef struct span_iface_slot {
  * serves both words of a slot */
 extern SPAN_IFACE_HIDDEN span_iface_slot_t *span_iface_table;
 
-/* The inner ops of every open twin, where they are the same (see
- * span_iface_uniform()) */
+/* Of the ops with a fast path (span_iface_uniform_op) */
 extern SPAN_IFACE_HIDDEN uct_iface_ops_t span_iface_uniform_ops;
-extern SPAN_IFACE_HIDDEN int span_iface_uniform_flag;
 
 /* Adds iface, whose twin state is siface; UCS_ERR_EXCEEDS_LIMIT where
  * too many twin ifaces are open */
@@ -82,12 +80,12 @@ static UCS_F_ALWAYS_INLINE span_iface_t *span_iface_get(uct_iface_h iface)
     return span_iface_table_probe(iface);
 }
 
-/* Whether every open twin has the same inner ops of the ops that have a
- * fast path (short, bcopy gets, atomics, put and get zcopy): one transport
- * per process, the common case. span_iface_uniform_ops holds them then. */
-static UCS_F_ALWAYS_INLINE int span_iface_uniform(void)
-{
-    return __atomic_load_n(&span_iface_uniform_flag, __ATOMIC_ACQUIRE);
-}
+/* The inner op _name (short, bcopy gets, atomics, put and get zcopy) of
+ * every open twin that has it, where they are the same one (one transport
+ * per process, the common case, or transports that lack the op), else
+ * NULL: the op's fast path calls it with no lookup. Read by a twin of an
+ * open iface, it is that iface's inner op, or NULL. */
+#define span_iface_uniform_op(_name) \
+    __atomic_load_n(&span_iface_uniform_ops._name, __ATOMIC_RELAXED)
 
 #endif

@@ -368,13 +368,15 @@ span_ep_get_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
 
 /*
  * put or get zcopy. The common case is this straight line: one inner op
- * for every twin that has it, one local entry in a memh of at most one
- * inner registration, bytes inside the range registered, which one chunk of
- * the rkey serves whole. An address below the base wraps the offset; the add
- * carries or ends past the range; an empty op (end - 1 wraps) and any op
- * with another rkey (whole_length 0) fail the compare. Every other case,
- * an access out of range included, goes to the slow version, with the same
- * arguments.
+ * for every twin that has it, one local entry, bytes inside the range
+ * registered, which one chunk of the rkey serves whole. An address below
+ * the base wraps the offset; the add carries or ends past the range; an
+ * empty op (end - 1 wraps) and any op with another rkey (whole_length 0)
+ * fail the compare. A local handle that is not a twin's (NULL, the inner
+ * MD's own: uct_iface_mem_alloc on the twin iface) passes as it is, in the
+ * caller's iov; a twin's of at most one inner registration is replaced in
+ * a copy. Every other case, an access out of range included, goes to the
+ * slow version, with the same arguments.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
@@ -391,11 +393,15 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
     if (ucs_unlikely((iovcnt != 1) || (iov->count != 1) ||
                      __builtin_add_overflow(remote_addr - srkey->win_base,
                                             iov->length, &end) ||
-                     (end - 1 >= srkey->whole_length) ||
-                     !span_memh_is_ours(iov->memh) ||
-                     (smem->num_inner > 1) || (zcopy == NULL))) {
-        return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
-                ep, iov, iovcnt, remote_addr, rkey, comp);
+                     (end - 1 >= srkey->whole_length) || (zcopy == NULL))) {
+        goto slow;
+    }
+
+    if (!span_memh_is_ours(iov->memh)) {
+        return zcopy(ep, iov, 1, remote_addr, srkey->inner[0].rkey, comp);
+    }
+    if (ucs_unlikely(smem->num_inner > 1)) {
+        goto slow;
     }
 
     inner_iov.buffer = iov->buffer;
@@ -404,6 +410,10 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
     inner_iov.stride = iov->stride;
     inner_iov.count  = 1;
     return zcopy(ep, &inner_iov, 1, remote_addr, srkey->inner[0].rkey, comp);
+
+slow:
+    return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
+            ep, iov, iovcnt, remote_addr, rkey, comp);
 }
 
 UCS_PROFILE_FUNC(ucs_status_t, span_ep_put_zcopy,

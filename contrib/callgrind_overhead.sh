@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Instructions a twin adds to each op, counted by callgrind (stable where
-# timings are not): contrib/span_bench_uct runs each op OPS times over `self`
-# and over `self+`, each transport in a process of its own, and callgrind
-# counts only inside the op's loop (span_bench_<op>). The difference of the
-# two counts, per op, is what the twin's patched op costs.
+# timings are not): contrib/span_bench_uct runs each op OPS times over a
+# native transport and over its twin, each in a process of its own, and
+# callgrind counts only inside the op's loop (span_bench_<op>). The
+# difference of the two counts, per op, is what the twin's patched op costs.
+# put_short and get_bcopy run over self; the zero-copy ops (64 bytes in one
+# iov entry, or in three: put_zcopy3, get_zcopy3) over cma, as self has
+# none, each waited for (cma moves the bytes from the worker's progress);
+# put_ifmem and get_ifmem are put_zcopy and get_zcopy from memory that
+# uct_iface_mem_alloc gave, as UCT-level ucx_perftest moves.
 # Run from a built tree: ./contrib/callgrind_overhead.sh [OPS]
 set -euo pipefail
 
@@ -21,18 +26,21 @@ trap 'rm -rf "$out"' EXIT
 per_op() {
     local tl=$1 op=$2
     valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
-             --toggle-collect="span_bench_$op" "$bench" "$ops" 1 "$tl" \
+             --toggle-collect="span_bench_$op" "$bench" "$ops" 1 "$tl" "$op" \
              >"$out/log" 2>&1 || { cat "$out/log" >&2; return 1; }
     awk -v ops="$ops" '/^summary:/ {printf "%.2f", $2 / ops}' "$out/cg"
 }
 
 echo "instructions per op, $ops ops, callgrind"
 echo
-printf '| %-10s | %8s | %8s | %8s |\n' op self self+ added
-echo '|------------|----------|----------|----------|'
-for op in put_short get_bcopy; do
-    native=$(per_op self "$op")
-    twin=$(per_op self+ "$op")
-    printf '| %-10s | %8s | %8s | %8.2f |\n' "$op" "$native" "$twin" \
-           "$(awk -v n="$native" -v t="$twin" 'BEGIN {print t - n}')"
+printf '| %-10s | %-6s | %8s | %8s | %8s |\n' op tl native twin added
+echo '|------------|--------|----------|----------|----------|'
+for row in put_short:self get_bcopy:self put_zcopy:cma get_zcopy:cma \
+           put_zcopy3:cma get_zcopy3:cma put_ifmem:cma get_ifmem:cma; do
+    op=${row%%:*}
+    tl=${row#*:}
+    native=$(per_op "$tl" "$op")
+    twin=$(per_op "$tl+" "$op")
+    printf '| %-10s | %-6s | %8s | %8s | %8.2f |\n' "$op" "$tl" "$native" \
+           "$twin" "$(awk -v n="$native" -v t="$twin" 'BEGIN {print t - n}')"
 done

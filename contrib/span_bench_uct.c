@@ -4,10 +4,13 @@
  * Written for the project because UCT-level ucx_perftest cannot drive a twin
  * (it allocates through the inner MD; README, known limitations).
  *
- * Usage: span_bench_uct [OPS_PER_RUN [RUNS [TL]]]; needs UCX_MODULE_DIR.
- * With TL, only that transport runs each op OPS_PER_RUN times, RUNS times,
- * in a function of its own (span_bench_<op>), which a profiler can count
- * alone: contrib/callgrind_overhead.sh.
+ * Usage: span_bench_uct [OPS_PER_RUN [RUNS [TL [OP]]]]; needs
+ * UCX_MODULE_DIR. With TL, only that transport runs each op (or OP alone)
+ * OPS_PER_RUN times, RUNS times, in a function of its own (span_bench_<op>),
+ * which a profiler can count alone: contrib/callgrind_overhead.sh. The
+ * zero-copy ops (64 bytes in one iov entry, or in three; or in one from
+ * uct_iface_mem_alloc: put_ifmem, get_ifmem) need a transport that has
+ * them: cma, not self.
  */
 #include "test/harness/span_md_open.h"
 
@@ -21,6 +24,12 @@
 
 #define SPAN_BENCH_MAX_RUNS 99
 #define SPAN_BENCH_BUF_SIZE 4096
+/* Zero-copy ops move this many bytes per iov entry, in up to this many
+ * entries, from here to there in the buffer */
+#define SPAN_BENCH_ZCOPY_SIZE   64
+#define SPAN_BENCH_ZCOPY_IOV    3
+#define SPAN_BENCH_ZCOPY_LOCAL  1024
+#define SPAN_BENCH_ZCOPY_REMOTE 2048
 
 typedef struct {
     const char          *tl;
@@ -34,6 +43,10 @@ typedef struct {
     uct_mem_h           memh;
     uct_rkey_bundle_t   rkey;
     int                 rkey_unpacked;
+    /* local memory as UCT-level ucx_perftest has it: from the iface, in
+     * a handle of the inner MD's (or none) where the iface is a twin */
+    uct_allocated_memory_t ifmem;
+    int                 ifmem_allocated;
 } span_bench_t;
 
 static double span_bench_now(void)
@@ -129,6 +142,10 @@ static ucs_status_t span_bench_register(span_bench_t *b)
     if ((status != UCS_OK) || (attr.rkey_packed_size > sizeof(rkey_buf))) {
         return UCS_ERR_UNSUPPORTED;
     }
+    if (!(attr.cap.flags & UCT_MD_FLAG_REG)) {
+        b->rkey.rkey = UCT_INVALID_RKEY; /* cma: no registration, no rkey */
+        return UCS_OK;
+    }
     status = uct_md_mem_reg(b->md, b->buf, sizeof(b->buf),
                             UCT_MD_MEM_ACCESS_ALL, &b->memh);
     if (status != UCS_OK) {
@@ -159,6 +176,12 @@ static ucs_status_t span_bench_open(span_bench_t *b, const char *tl)
     if (status == UCS_OK) {
         status = span_bench_register(b);
     }
+    if (status == UCS_OK) {
+        status = uct_iface_mem_alloc(b->iface, SPAN_BENCH_BUF_SIZE,
+                                     UCT_MD_MEM_ACCESS_ALL, "bench",
+                                     &b->ifmem);
+        b->ifmem_allocated = (status == UCS_OK);
+    }
     if (status != UCS_OK) {
         fprintf(stderr, "cannot set up %s: %s\n", tl,
                 ucs_status_string(status));
@@ -173,6 +196,9 @@ static void span_bench_close(span_bench_t *b)
     }
     if (b->memh != NULL) {
         uct_md_mem_dereg(b->md, b->memh);
+    }
+    if (b->ifmem_allocated) {
+        uct_iface_mem_free(&b->ifmem);
     }
     if (b->ep != NULL) {
         uct_ep_destroy(b->ep);
@@ -233,6 +259,94 @@ static double span_bench_get_bcopy(span_bench_t *b, unsigned long ops)
     return (value != ops) ? -1 : t * 1e9 / ops;
 }
 
+/* The op's loop polls the completion's count */
+static void span_bench_zcopy_done(uct_completion_t *self)
+{
+}
+
+/* Zero-copy ops of iovcnt entries of SPAN_BENCH_ZCOPY_SIZE bytes each,
+ * contiguous in the local buffer (registered through the MD, or ifmem) and
+ * the remote one, one at a time: cma moves the bytes from the worker's
+ * progress */
+static double span_bench_zcopy(span_bench_t *b, int is_put, size_t iovcnt,
+                               int ifmem, unsigned long ops)
+{
+    uint8_t *local        = ifmem ? (uint8_t*)b->ifmem.address :
+                                    b->buf + SPAN_BENCH_ZCOPY_LOCAL;
+    uct_mem_h memh        = ifmem ? b->ifmem.memh : b->memh;
+    uint8_t *remote       = b->buf + SPAN_BENCH_ZCOPY_REMOTE;
+    size_t length         = SPAN_BENCH_ZCOPY_SIZE * iovcnt;
+    uint8_t *src          = is_put ? local : remote;
+    uint8_t *dst          = is_put ? remote : local;
+    uct_completion_t comp = {.func = span_bench_zcopy_done};
+    uct_iov_t iov[SPAN_BENCH_ZCOPY_IOV];
+    ucs_status_t status;
+    unsigned long i;
+    size_t j;
+    double t;
+
+    for (j = 0; j < iovcnt; ++j) {
+        iov[j].buffer = local + (j * SPAN_BENCH_ZCOPY_SIZE);
+        iov[j].length = SPAN_BENCH_ZCOPY_SIZE;
+        iov[j].memh   = memh;
+        iov[j].stride = 0;
+        iov[j].count  = 1;
+    }
+    memset(src, (int)(ops & 0xff) | 1, length);
+    memset(dst, 0, length);
+    t = span_bench_now();
+    for (i = 0; i < ops; ++i) {
+        comp.count  = 1;
+        comp.status = UCS_OK;
+        status      = is_put ?
+                      uct_ep_put_zcopy(b->ep, iov, iovcnt, (uintptr_t)remote,
+                                       b->rkey.rkey, &comp) :
+                      uct_ep_get_zcopy(b->ep, iov, iovcnt, (uintptr_t)remote,
+                                       b->rkey.rkey, &comp);
+        if (status == UCS_INPROGRESS) {
+            while (comp.count > 0) {
+                uct_worker_progress(b->worker);
+            }
+            status = comp.status;
+        }
+        if (status != UCS_OK) {
+            return -1;
+        }
+    }
+    t = span_bench_now() - t;
+    return memcmp(src, dst, length) ? -1 : t * 1e9 / ops;
+}
+
+static double span_bench_put_zcopy(span_bench_t *b, unsigned long ops)
+{
+    return span_bench_zcopy(b, 1, 1, 0, ops);
+}
+
+static double span_bench_get_zcopy(span_bench_t *b, unsigned long ops)
+{
+    return span_bench_zcopy(b, 0, 1, 0, ops);
+}
+
+static double span_bench_put_zcopy3(span_bench_t *b, unsigned long ops)
+{
+    return span_bench_zcopy(b, 1, SPAN_BENCH_ZCOPY_IOV, 0, ops);
+}
+
+static double span_bench_get_zcopy3(span_bench_t *b, unsigned long ops)
+{
+    return span_bench_zcopy(b, 0, SPAN_BENCH_ZCOPY_IOV, 0, ops);
+}
+
+static double span_bench_put_ifmem(span_bench_t *b, unsigned long ops)
+{
+    return span_bench_zcopy(b, 1, 1, 1, ops);
+}
+
+static double span_bench_get_ifmem(span_bench_t *b, unsigned long ops)
+{
+    return span_bench_zcopy(b, 0, 1, 1, ops);
+}
+
 static int span_bench_cmp(const void *a, const void *b)
 {
     double x = *(const double*)a, y = *(const double*)b;
@@ -278,11 +392,21 @@ static const struct {
     span_bench_op_t op;
 } span_bench_ops[] = {
     {"put_short", span_bench_put_short},
-    {"get_bcopy", span_bench_get_bcopy}
+    {"get_bcopy", span_bench_get_bcopy},
+    {"put_zcopy", span_bench_put_zcopy},
+    {"get_zcopy", span_bench_get_zcopy},
+    {"put_zcopy3", span_bench_put_zcopy3},
+    {"get_zcopy3", span_bench_get_zcopy3},
+    {"put_ifmem", span_bench_put_ifmem},
+    {"get_ifmem", span_bench_get_ifmem}
 };
 
-/* Each op on one transport alone */
-static int span_bench_alone(const char *tl, unsigned long ops, unsigned runs)
+/* The interleaved comparison over self runs the ops self has */
+#define SPAN_BENCH_SELF_OPS 2
+
+/* Each op (or only the one named op_name) on one transport alone */
+static int span_bench_alone(const char *tl, const char *op_name,
+                            unsigned long ops, unsigned runs)
 {
     span_bench_t b;
     unsigned i, r;
@@ -292,6 +416,9 @@ static int span_bench_alone(const char *tl, unsigned long ops, unsigned runs)
         return 1;
     }
     for (i = 0; i < sizeof(span_bench_ops) / sizeof(span_bench_ops[0]); ++i) {
+        if ((op_name != NULL) && strcmp(op_name, span_bench_ops[i].name)) {
+            continue;
+        }
         for (r = 0; r < runs; ++r) {
             ns = span_bench_ops[i].op(&b, ops);
             if (ns < 0) {
@@ -316,12 +443,14 @@ int main(int argc, char **argv)
     int failed;
 
     if ((ops < 10) || (runs == 0) || (runs > SPAN_BENCH_MAX_RUNS)) {
-        fprintf(stderr, "usage: %s [OPS_PER_RUN >= 10 [RUNS <= %d [TL]]]\n",
+        fprintf(stderr, "usage: %s [OPS_PER_RUN >= 10 [RUNS <= %d [TL [OP]]]]"
+                "\n",
                 argv[0], SPAN_BENCH_MAX_RUNS);
         return 2;
     }
     if (argc > 3) {
-        return span_bench_alone(argv[3], ops, runs);
+        return span_bench_alone(argv[3], (argc > 4) ? argv[4] : NULL, ops,
+                                runs);
     }
     if ((span_bench_open(&native, "self") != UCS_OK) ||
         (span_bench_open(&twin, "self+") != UCS_OK)) {
@@ -334,7 +463,7 @@ int main(int argc, char **argv)
     printf("|------------------|------------|------------|-----------|--------|"
            "\n");
     failed = 0;
-    for (i = 0; i < sizeof(span_bench_ops) / sizeof(span_bench_ops[0]); ++i) {
+    for (i = 0; i < SPAN_BENCH_SELF_OPS; ++i) {
         failed |= span_bench_compare(span_bench_ops[i].name,
                                      span_bench_ops[i].op, &native, &twin,
                                      ops, runs);

@@ -74,7 +74,8 @@ typedef struct span_memh {
     int               spilled;    /* the keys are in the spill slot */
     span_rkey_spill_t spill;
     span_vmm_export_t **vmm_exports; /* units span exports, or NULL */
-    uct_mem_h         inner[];
+    uct_mem_h         inner[];    /* num_inner, and at least one: NULL
+                                     where num_inner is 0 */
 } span_memh_t;
 
 /* Whether memh is a twin MD's. NULL and UCX's dummy handle of MDs that
@@ -99,10 +100,7 @@ span_memh_inner(uct_mem_h memh, const void *buffer, uint64_t *avail_p)
     if (!span_memh_is_ours(memh)) {
         return memh;
     }
-    if (smem->num_inner == 0) {
-        return UCT_MEM_HANDLE_NULL;
-    }
-    if (ucs_likely(smem->num_inner == 1)) {
+    if (ucs_likely(smem->num_inner <= 1)) {
         return smem->inner[0];
     }
     /* the chunk index of an address outside the extent is past the array;

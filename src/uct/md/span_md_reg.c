@@ -35,7 +35,10 @@ static span_memh_t *span_memh_alloc(uint32_t num_inner)
 {
     span_memh_t *memh;
 
-    memh = calloc(1, sizeof(*memh) + (num_inner * sizeof(uct_mem_h)));
+    /* inner[0] is there, NULL, where there is no inner handle: a memh of
+     * at most one is read with no branch (span_memh_inner) */
+    memh = calloc(1, sizeof(*memh) +
+                     (ucs_max(num_inner, 1) * sizeof(uct_mem_h)));
     if (memh != NULL) {
         memh->magic     = SPAN_MEMH_MAGIC;
         memh->num_inner = num_inner;

@@ -24,6 +24,16 @@
 void *ucs_realloc(void *ptr, size_t size, const char *name);
 void ucs_free(void *ptr);
 
+/* --- ucs/debug/assert.h: a state that cannot be, logged, then abort ---- */
+
+void ucs_fatal_error_format(const char *file, unsigned line,
+                            const char *function, const char *format, ...)
+    UCS_F_NORETURN UCS_F_PRINTF(4, 5);
+
+#define ucs_fatal(_fmt, ...) \
+    ucs_fatal_error_format(__FILE__, __LINE__, __func__, "Fatal: " _fmt, \
+                           ## __VA_ARGS__)
+
 /* --- uct/api/v2/uct_v2.h ------------------------------------------------ */
 
 enum {

@@ -1,0 +1,177 @@
+/*
+ * The table of twin ifaces.
+ *
+ * Open addressing with linear probing. A slot's key goes from NULL to an
+ * iface, to a tombstone when it closes, and a tombstone may take a new iface;
+ * a slot never becomes NULL again, so a lookup that races with an open or a
+ * close of another iface still finds its own, and one that meets NULL knows
+ * the iface is not there. An open takes the first free slot (NULL or
+ * tombstone) from its hash; the table is at most half full, so there is one
+ * and probes stay short. The first open allocates the table and the last
+ * close frees it (no iface, no reader), which also clears the tombstones.
+ * Writers hold the lock; readers take none.
+ */
+#include "span_iface_table.h"
+#include "base/span_fork.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Twin ifaces open at once in a process: at most half the slots, which
+ * keeps probes short */
+#define SPAN_IFACE_MAX       (SPAN_IFACE_TABLE_SIZE / 2)
+#define SPAN_IFACE_TOMBSTONE ((uct_iface_h)(uintptr_t)1)
+
+span_iface_slot_t      *span_iface_table;
+static unsigned        span_iface_count;
+static pthread_mutex_t span_iface_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const span_fork_handlers_t span_iface_fork = {.lock = &span_iface_lock};
+
+static void UCS_F_CTOR span_iface_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_IFACE, &span_iface_fork);
+}
+
+/*
+ * Written under the lock, as twins join: an op takes the inner op of the
+ * first twin that has it, and keeps it, or becomes NULL for good once a
+ * twin with another joins, until the last twin closes and both tables are
+ * cleared. A twin that lacks an op does not count: it never reaches the
+ * twin's op (span_ep_patch leaves it absent). span_iface_joined_ops holds
+ * the first inner op of each.
+ */
+uct_iface_ops_t        span_iface_uniform_ops;
+static uct_iface_ops_t span_iface_joined_ops;
+
+#define SPAN_IFACE_UNIFORM_JOIN(_ops, _name) \
+    if ((_ops)->_name != NULL) { \
+        if (span_iface_joined_ops._name == NULL) { \
+            span_iface_joined_ops._name = (_ops)->_name; \
+            __atomic_store_n(&span_iface_uniform_ops._name, (_ops)->_name, \
+                             __ATOMIC_RELAXED); \
+        } else if (span_iface_joined_ops._name != (_ops)->_name) { \
+            __atomic_store_n(&span_iface_uniform_ops._name, NULL, \
+                             __ATOMIC_RELAXED); \
+        } \
+    }
+
+/* Under the lock, as a twin with these inner ops joins the open ones */
+static void span_iface_uniform_join(const uct_iface_ops_t *ops)
+{
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_put_short)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_short)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_bcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_put_zcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_zcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic_cswap64)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic_cswap32)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic32_post)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic64_post)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic32_fetch)
+    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic64_fetch)
+}
+
+static span_iface_slot_t *span_iface_next(span_iface_slot_t *slot)
+{
+    return (slot == &span_iface_table[SPAN_IFACE_TABLE_SIZE - 1]) ?
+           span_iface_table : slot + 1;
+}
+
+span_iface_t *span_iface_table_probe(uct_iface_h iface)
+{
+    span_iface_slot_t *slot;
+    uct_iface_h key;
+    unsigned n;
+
+    /* only a twin's patched op looks its iface up, and it is open until
+     * its close returns */
+    if (span_iface_table == NULL) {
+        ucs_fatal("span: iface %p: twin op called while no twin iface is "
+                  "open", iface);
+    }
+    for (slot = span_iface_slot(iface), n = 0; n < SPAN_IFACE_TABLE_SIZE;
+         slot = span_iface_next(slot), ++n) {
+        key = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+        if (key == iface) {
+            return __atomic_load_n(&slot->iface, __ATOMIC_RELAXED);
+        } else if (key == NULL) {
+            break;
+        }
+    }
+    ucs_fatal("span: iface %p: twin op called, but the iface is not in the "
+              "table of twin ifaces (%u open, %u slots probed from %p)",
+              iface, span_iface_count, n, span_iface_slot(iface));
+}
+
+ucs_status_t span_iface_table_insert(uct_iface_h iface, span_iface_t *siface)
+{
+    ucs_status_t status = UCS_OK;
+    span_iface_slot_t *slot;
+
+    pthread_mutex_lock(&span_iface_lock);
+    if (span_iface_count == SPAN_IFACE_MAX) {
+        ucs_error("span: %u twin ifaces are open, no more can be; close "
+                  "some first", span_iface_count);
+        status = UCS_ERR_EXCEEDS_LIMIT;
+        goto out;
+    }
+
+    if (span_iface_table == NULL) {
+        span_iface_table = calloc(SPAN_IFACE_TABLE_SIZE,
+                                  sizeof(*span_iface_table));
+        if (span_iface_table == NULL) {
+            ucs_error("span: no memory for the table of twin ifaces");
+            status = UCS_ERR_NO_MEMORY;
+            goto out;
+        }
+    }
+
+    for (slot = span_iface_slot(iface);
+         (slot->key != NULL) && (slot->key != SPAN_IFACE_TOMBSTONE);
+         slot = span_iface_next(slot)) {
+    }
+
+    span_iface_uniform_join(&siface->ops);
+    __atomic_store_n(&slot->iface, siface, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->key, iface, __ATOMIC_RELEASE);
+    ++span_iface_count;
+out:
+    pthread_mutex_unlock(&span_iface_lock);
+    return status;
+}
+
+span_iface_t *span_iface_table_remove(uct_iface_h iface)
+{
+    span_iface_t *siface = NULL;
+    span_iface_slot_t *slot;
+    unsigned n, count;
+
+    pthread_mutex_lock(&span_iface_lock);
+    for (slot = span_iface_slot(iface), n = 0;
+         (siface == NULL) && (n < SPAN_IFACE_TABLE_SIZE);
+         slot = span_iface_next(slot), ++n) {
+        if (slot->key == iface) {
+            siface = slot->iface;
+            __atomic_store_n(&slot->key, SPAN_IFACE_TOMBSTONE,
+                             __ATOMIC_RELEASE);
+        }
+    }
+    if ((siface != NULL) && (--span_iface_count == 0)) {
+        memset(&span_iface_uniform_ops, 0, sizeof(span_iface_uniform_ops));
+        memset(&span_iface_joined_ops, 0, sizeof(span_iface_joined_ops));
+        free(span_iface_table);
+        span_iface_table = NULL;
+    }
+    count = span_iface_count;
+    pthread_mutex_unlock(&span_iface_lock);
+
+    /* only the twin's patched close removes, once, from a table that holds
+     * its iface since its open */
+    if (siface == NULL) {
+        ucs_fatal("span: closing iface %p, which is not in the table of "
+                  "twin ifaces (%u open)", iface, count);
+    }
+    return siface;
+}

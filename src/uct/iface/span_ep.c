@@ -68,7 +68,7 @@ span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
 /* For ops that cannot be split (AM, tag): an iov the translation refused */
 static ucs_status_t span_iov_refused(const uct_iov_t *iov, size_t iovcnt)
 {
-    ucs_error("span: an iov of %zu entries from %p is longer than %d "
+    ucs_error("span ep: an iov of %zu entries from %p is longer than %d "
               "entries or crosses a chunk end, which this op cannot split",
               iovcnt, (iovcnt > 0) ? iov[0].buffer : NULL, SPAN_IOV_MAX);
     return UCS_ERR_UNSUPPORTED;
@@ -424,7 +424,7 @@ UCS_PROFILE_FUNC(ucs_status_t, span_ep_put_zcopy,
     ucs_status_t status = span_ep_zcopy(ep, 1, iov, iovcnt, remote_addr, rkey,
                                         comp);
 
-    ucs_trace_data("span: ep %p: PUT_ZCOPY [length %zu] to 0x%" PRIx64
+    ucs_trace_data("span ep %p: PUT_ZCOPY [length %zu] to 0x%" PRIx64
                    " rkey %p: %s", ep, span_iov_length(iov, iovcnt),
                    remote_addr, span_rkey(rkey), ucs_status_string(status));
     return status;
@@ -438,7 +438,7 @@ UCS_PROFILE_FUNC(ucs_status_t, span_ep_get_zcopy,
     ucs_status_t status = span_ep_zcopy(ep, 0, iov, iovcnt, remote_addr, rkey,
                                         comp);
 
-    ucs_trace_data("span: ep %p: GET_ZCOPY [length %zu] from 0x%" PRIx64
+    ucs_trace_data("span ep %p: GET_ZCOPY [length %zu] from 0x%" PRIx64
                    " rkey %p: %s", ep, span_iov_length(iov, iovcnt),
                    remote_addr, span_rkey(rkey), ucs_status_string(status));
     return status;

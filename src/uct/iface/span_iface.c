@@ -94,7 +94,7 @@ static ucs_status_t span_ep_sgl_zcopy(uct_ep_h ep, void *const *buffers,
                                       const size_t *strides, size_t count,
                                       uct_completion_t *comp)
 {
-    ucs_error("span: ep %p: SGL zcopy is not offered by twin transports; "
+    ucs_error("span ep %p: SGL zcopy is not offered by twin transports; "
               "UCP uses it only where the iface advertises it", ep);
     return UCS_ERR_UNSUPPORTED;
 }
@@ -195,7 +195,7 @@ static size_t span_iface_get_max_zcopy(const char *inner_tl,
         return 0;
     }
 
-    ucs_debug("span: %s: get zero-copy on: GPU 0 has %u active NVLinks "
+    ucs_debug("span iface '%s': get zero-copy on: GPU 0 has %u active NVLinks "
               "(the transport's own probe found none)", inner_tl, links);
     return attr->cap.put.max_zcopy;
 }

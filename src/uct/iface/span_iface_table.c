@@ -88,7 +88,7 @@ span_iface_t *span_iface_table_probe(uct_iface_h iface)
     /* only a twin's patched op looks its iface up, and it is open until
      * its close returns */
     if (span_iface_table == NULL) {
-        ucs_fatal("span: iface %p: twin op called while no twin iface is "
+        ucs_fatal("span iface %p: twin op called while no twin iface is "
                   "open", iface);
     }
     for (slot = span_iface_slot(iface), n = 0; n < SPAN_IFACE_TABLE_SIZE;
@@ -100,7 +100,7 @@ span_iface_t *span_iface_table_probe(uct_iface_h iface)
             break;
         }
     }
-    ucs_fatal("span: iface %p: twin op called, but the iface is not in the "
+    ucs_fatal("span iface %p: twin op called, but the iface is not in the "
               "table of twin ifaces (%u open, %u slots probed from %p)",
               iface, span_iface_count, n, span_iface_slot(iface));
 }
@@ -112,7 +112,7 @@ ucs_status_t span_iface_table_insert(uct_iface_h iface, span_iface_t *siface)
 
     pthread_mutex_lock(&span_iface_lock);
     if (span_iface_count == SPAN_IFACE_MAX) {
-        ucs_error("span: %u twin ifaces are open, no more can be; close "
+        ucs_error("span iface table: %u twin ifaces are open, no more can be; close "
                   "some first", span_iface_count);
         status = UCS_ERR_EXCEEDS_LIMIT;
         goto out;
@@ -122,7 +122,7 @@ ucs_status_t span_iface_table_insert(uct_iface_h iface, span_iface_t *siface)
         span_iface_table = calloc(SPAN_IFACE_TABLE_SIZE,
                                   sizeof(*span_iface_table));
         if (span_iface_table == NULL) {
-            ucs_error("span: no memory for the table of twin ifaces");
+            ucs_error("span iface table: no memory for the table of twin ifaces");
             status = UCS_ERR_NO_MEMORY;
             goto out;
         }
@@ -170,7 +170,7 @@ span_iface_t *span_iface_table_remove(uct_iface_h iface)
     /* only the twin's patched close removes, once, from a table that holds
      * its iface since its open */
     if (siface == NULL) {
-        ucs_fatal("span: closing iface %p, which is not in the table of "
+        ucs_fatal("span iface %p: closed, but not in the table of "
                   "twin ifaces (%u open)", iface, count);
     }
     return siface;

@@ -51,7 +51,7 @@ static ucs_status_t span_split_strided(const span_split_t *split,
         span_iov_whole(src, avail)) {
         return UCS_OK;
     }
-    ucs_error("span: iov entry %p of %zu x %zu bytes (stride %zu) crosses "
+    ucs_error("span split: iov entry %p of %zu x %zu bytes (stride %zu) crosses "
               "a chunk or unit end and cannot be split", src->buffer,
               (size_t)src->count, src->length, src->stride);
     return UCS_ERR_UNSUPPORTED;
@@ -96,7 +96,7 @@ static ucs_status_t span_split_piece(const span_split_t *split, size_t max,
         iov[n].count  = 1;
         if (ucs_unlikely((take == 0) &&
                          (offset < src->length * src->count))) {
-            ucs_error("span: local buffer %p (iov entry %zu) lies outside "
+            ucs_error("span split: local buffer %p (iov entry %zu) lies outside "
                       "its memory handle %p", ptr, index, src->memh);
             return UCS_ERR_INVALID_PARAM;
         }
@@ -110,7 +110,7 @@ static ucs_status_t span_split_piece(const span_split_t *split, size_t max,
     }
 
     if (bytes == 0) {
-        ucs_error("span: split op of %zu more bytes found no piece in its "
+        ucs_error("span split: split op of %zu more bytes found no piece in its "
                   "iov", split->remaining);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -152,7 +152,7 @@ static ucs_status_t span_split_issue(span_split_t *split, unsigned test_piece)
             if (status == UCS_ERR_NO_RESOURCE) {
                 return status;
             } else if (status != UCS_OK) {
-                ucs_error("span: piece %u [0x%" PRIx64 ", +%zu) of a split "
+                ucs_error("span split: piece %u [0x%" PRIx64 ", +%zu) of a split "
                           "op failed: %s", split->pieces + 1,
                           split->remote_addr, bytes,
                           ucs_status_string(status));
@@ -202,7 +202,7 @@ static unsigned span_split_progress(void *arg)
 
 static void span_split_defer(span_split_queue_t *queue, span_split_t *split)
 {
-    ucs_debug("span: split op %p defers its pieces from %u on [0x%" PRIx64
+    ucs_debug("span split: split op %p defers its pieces from %u on [0x%" PRIx64
               ", +%zu): no resource", split, split->pieces + 1,
               split->remote_addr, split->remaining);
     ucs_list_add_tail(&queue->deferred, &split->list);
@@ -257,14 +257,14 @@ ucs_status_t span_split_zcopy(span_split_queue_t *queue, uct_ep_h ep,
     size_t i;
 
     if (iovcnt > SPAN_IOV_MAX) {
-        ucs_error("span: %zu iov entries, at most %d are supported", iovcnt,
+        ucs_error("span split: %zu iov entries, at most %d are supported", iovcnt,
                   SPAN_IOV_MAX);
         return UCS_ERR_INVALID_PARAM;
     }
 
     split = calloc(1, sizeof(*split));
     if (split == NULL) {
-        ucs_error("span: no memory to split an op at 0x%" PRIx64, remote_addr);
+        ucs_error("span split: no memory to split an op at 0x%" PRIx64, remote_addr);
         return UCS_ERR_NO_MEMORY;
     }
 

@@ -103,6 +103,7 @@ static void span_nvml_probe(void)
 {
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     span_nvml_ops_t nvml;
+    int (*shutdown)(void);
     int res;
 
     if (lib == NULL) {
@@ -119,8 +120,14 @@ static void span_nvml_probe(void)
         dlclose(lib);
         return;
     }
-    /* NVML stays loaded and initialised: UCX's cuda modules use it too */
     span_nvml_links = span_nvml_links_of(&nvml);
+    /* NVML counts its inits: this leaves UCX's own as it was, and the
+     * process without the descriptors NVML holds while initialised */
+    shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
+    if (shutdown != NULL) {
+        shutdown();
+    }
+    dlclose(lib);
 }
 
 unsigned span_nvml_links_of(const span_nvml_ops_t *nvml)

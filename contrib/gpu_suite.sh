@@ -25,7 +25,8 @@
 #     and the protocols of every device put/get checked, then put/get GB/s
 #     of VMM memory (twin) against cudaMalloc (native), medians of RUNS;
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
-#     next GPU, all at once, RUNS times (where .gpu/nixlpy exists).
+#     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
+#     each process left open once its agent is gone, against native.
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
 #     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, README "ROCm"); skipped elsewhere.
 # Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
@@ -375,8 +376,8 @@ echo
 echo "## C. NIXL, $ngpus initiator/target pairs at once (GPU i reads and writes GPU i+1), $runs times, 300 MiB"
 rm -rf /tmp/span_nixl && mkdir -p /tmp/span_nixl &&
     tar -C /tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
-echo '| round | pair | nixl_check | twin rows wrong | cold start (ms): expandable twin, cudaMalloc native |'
-echo '|---|---|---|---|---|'
+echo '| round | pair | nixl_check | twin rows wrong | cold start (ms): expandable twin, cudaMalloc native | left by the twin: expandable; cudaMalloc (fds target/initiator, exports) |'
+echo '|---|---|---|---|---|---|'
 for ((r = 0; r < runs; r++)); do
     for ((i = 0; i < ngpus; i++)); do
         PYTHONPATH=/tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" \
@@ -389,7 +390,8 @@ for ((r = 0; r < runs; r++)); do
         v=$(grep '^nixl_check:' "$log")
         bad=$(grep -c '^| gpu .*cuda_ipc+.*FAIL' "$log")
         cold="$(sed -n 's/^- gpu expandable, UCX_TLS=.*cuda_ipc+.*: \([0-9.]*\) ms$/\1/p' "$log") / $(sed -n 's/^- gpu cudaMalloc, UCX_TLS=.*cuda_ipc,.*: \([0-9.]*\) ms$/\1/p' "$log")"
-        echo "| $r | GPU $i -> GPU $(((i + 1) % ngpus)) | ${v#nixl_check: } | $bad | $cold |"
+        left=$(sed -n 's/^- gpu \([a-zA-Z]*\), UCX_TLS=.*cuda_ipc+.*: \([-+0-9/]* fds, [0-9]* exports\).*/\1 \2/p' "$log" | paste -sd';' -)
+        echo "| $r | GPU $i -> GPU $(((i + 1) % ngpus)) | ${v#nixl_check: } | $bad | $cold | $left |"
         [ "$bad" -eq 0 ] && grep -q 'every twin row right' "$log" || {
             rc=1; grep -E '^\| gpu|^- gpu' "$log" | sed 's/^/    /'; }
     done

@@ -45,6 +45,7 @@ target's; it serves until killed).
   nixl_check.py --serve HOST:PORT
 """
 import argparse
+import gc
 import os
 import pickle
 import socket
@@ -224,6 +225,39 @@ def make_agent(name):
     return nixl.nixl_agent(name, nixl.nixl_agent_config(backends=["UCX"]))
 
 
+SPAN_EXPORT_TABLE = "/memfd:ucx-span-vmm"  # span_vmm_export.h
+SPAN_EXPORT_FIRST = 64
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def span_exports():
+    """Exports this process's span export table lists (its memfd, found by
+    name; layout in span_vmm_export.h): entries with a serial."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink("/proc/self/fd/" + fd).startswith(
+                    SPAN_EXPORT_TABLE):
+                continue
+            with open("/proc/self/fd/" + fd, "rb") as f:
+                table = f.read()
+        except OSError:
+            continue
+        n += sum(1 for off in range(SPAN_EXPORT_FIRST, len(table) - 15, 16)
+                 if table[off:off + 8] != bytes(8))
+    return n
+
+
+def leftover_counts(fds0):
+    """(descriptors opened since fds0, exports listed) once the caller has
+    dropped its agent (UCX's context and the twin MDs go with it)"""
+    gc.collect()
+    return open_fds() - fds0, span_exports()
+
+
 # --------------------------------------------------------------------------
 # Target: registers its buffer, fills and checks it when asked
 # --------------------------------------------------------------------------
@@ -238,12 +272,13 @@ def target_main(sock, args):
     # first, so that it starts a segment of its own
     buf = mem.alloc(size)
     mem.sync()
+    fds0 = open_fds()
     try:
         agent = make_agent("target")
         if "UCX" not in agent.backends:
             raise RuntimeError("no UCX backend")
-        agent.register_memory([(mem.addr(buf), size, mem.devid(buf), "")],
-                              mem.kind)
+        regs = agent.register_memory(
+            [(mem.addr(buf), size, mem.devid(buf), "")], mem.kind)
     except Exception as e:  # reported as the row's status
         send(sock, {"error": "%s: %s" % (type(e).__name__, e)})
         return 0
@@ -261,6 +296,10 @@ def target_main(sock, args):
                                     msg["bg"]))
         else:
             break
+    agent.deregister_memory(regs)
+    del agent, regs
+    fds, exports = leftover_counts(fds0)
+    send(sock, {"fds": fds, "exports": exports})
     return 0
 
 
@@ -371,11 +410,12 @@ def initiator_main(sock, args):
     local = mem.alloc(size)
     mem.sync()
     results = []
+    fds0 = open_fds()
     try:
         agent = make_agent("initiator")
         if "UCX" not in agent.backends:
             raise RuntimeError("no UCX backend")
-        agent.register_memory(
+        regs = agent.register_memory(
             [(mem.addr(local), size, mem.devid(local), "")], mem.kind)
         t0 = time.perf_counter()
         agent.add_remote_agent(remote["meta"])
@@ -394,7 +434,14 @@ def initiator_main(sock, args):
             res["op"] = "%s %s" % (op, name)
             results.append(res)
     send(sock, {"cmd": "quit"})
-    emit(args, {"results": results, "cold_ms": cold_ms})
+    left = recv(sock)
+    agent.remove_remote_agent("target")
+    agent.deregister_memory(regs)
+    del agent, regs
+    fds, exports = leftover_counts(fds0)
+    left["fds"] = (left["fds"], fds)
+    left["exports"] += exports
+    emit(args, {"results": results, "cold_ms": cold_ms, "left": left})
     return 0
 
 
@@ -599,6 +646,18 @@ def run_initiator(args, tls, alloc, procs, b):
             (rc, tail[:120], target)}
 
 
+def leftovers(native, twin):
+    """A line on what the pair left open, and whether the twin left more
+    than UCX natively did (its own caches and threads) or any export."""
+    if not twin or not native:
+        return "- (a pair did not finish)", False
+    bad = twin["exports"] > 0 or any(t > n for t, n in
+                                     zip(twin["fds"], native["fds"]))
+    return ("%+d/%+d fds, %d exports (native: %+d/%+d fds)%s" % (
+        *twin["fds"], twin["exports"], *native["fds"],
+        " FAIL: the twin left more" if bad else "")), bad
+
+
 def one_line(text):
     return " ".join(str(text).split())[:160]
 
@@ -669,13 +728,13 @@ def main():
     print("|---|---|---|---|---|---|---|")
     rc = 0
     results = {}
-    lanes, colds = [], []
+    lanes, colds, lefts = [], [], []
     # what the twin carries whatever the native transport did
     always = {"put"} | ({"get"} if gpu_has_nvlink() else set()) \
         if args.gpu else set()
     for alloc in allocs:
         mode = "gpu %s" % alloc if args.gpu else "cpu"
-        rows, lanes_of = {}, {}
+        rows, lanes_of, left_of = {}, {}, {}
         for tls in (native, twin):
             res = run_pair(args, tls, alloc)
             if "error" in res:
@@ -683,6 +742,7 @@ def main():
                                     "bytes_ok": None, "gbps": None}]}
             rows[tls] = res["results"]
             lanes_of[tls] = res.get("lanes", {})
+            left_of[tls] = res.get("left")
             colds.append("%s, UCX_TLS=%s: %s" % (
                 mode, tls, "%.1f ms" % res["cold_ms"] if res.get("cold_ms")
                 else "-"))
@@ -691,6 +751,9 @@ def main():
                              for op in ("put", "get"))))
             for r in rows[tls]:
                 results[(alloc, tls, r["op"])] = r
+        line, bad = leftovers(left_of[native], left_of[twin])
+        lefts.append("%s, UCX_TLS=%s: %s" % (mode, twin, line))
+        rc |= bad
         nat = {r["op"]: r for r in rows[native]}
         twins = [t for t in twin.split(",") if t.endswith("+")]
         for tls in (native, twin):
@@ -729,6 +792,10 @@ def main():
     print("\nWhat UCP chose between the two %s (UCX_PROTO_INFO):" %
           ("nodes" if args.connect else "processes"))
     for line in lanes:
+        print("- " + line)
+    print("\nLeft once both agents are gone (descriptors opened since "
+          "before the agent, target/initiator; exports still listed):")
+    for line in lefts:
         print("- " + line)
     print("\nCold start: add_remote_agent to the first whole READ done:")
     for line in colds:

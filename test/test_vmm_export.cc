@@ -54,18 +54,6 @@ const span_vmm_export_ops_t fake_ops = {fake_buffer_id, fake_export_fd};
 
 class vmm_export : public ::testing::Test {
 protected:
-    static void SetUpTestSuite()
-    {
-        /* the table lives as long as the process: made before counting */
-        span_vmm_key_t key;
-        span_vmm_export_t *e;
-
-        fake_ids[base] = 1;
-        ASSERT_EQ(UCS_OK, span_vmm_export_get(&fake_ops, base, 2 * MiB,
-                                              &key, &e));
-        span_vmm_export_put(e);
-    }
-
     void SetUp() override
     {
         fake_ids.clear();
@@ -189,6 +177,23 @@ TEST_F(vmm_export, an_unmap_withdraws_the_export_at_once)
     EXPECT_EQ(2, exports);
 }
 
+/* an exporter keeps no descriptor once it exports nothing, and a key of
+ * the table it closed is refused, not served by the next one */
+TEST_F(vmm_export, a_process_that_exports_nothing_keeps_no_descriptor)
+{
+    span_vmm_key_t old_key, new_key;
+    int before = test_open_fds();
+
+    fake_ids[base] = 35;
+    span_vmm_export_put(get(base, 2 * MiB, &old_key));
+    EXPECT_EQ(before, test_open_fds()) << "the table stayed open";
+    span_vmm_export_t *e = get(base, 2 * MiB, &new_key);
+    EXPECT_NE(old_key.table_id, new_key.table_id);
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(old_key));
+    EXPECT_EQ(UCS_OK, take(new_key));
+    span_vmm_export_put(e);
+}
+
 TEST_F(vmm_export, an_unmap_elsewhere_leaves_it)
 {
     span_vmm_key_t key;
@@ -211,13 +216,16 @@ TEST_F(vmm_export, a_key_of_another_table_or_size_is_refused)
 
     bad          = key;
     bad.table_id = key.table_id + 1;
-    EXPECT_EQ(UCS_ERR_UNREACHABLE, take(bad));
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
     bad          = key;
     bad.table_fd = other;
-    EXPECT_EQ(UCS_ERR_UNREACHABLE, take(bad));
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
     bad          = key;
     bad.table_fd = 0; /* stdin: not a memfd at all */
-    EXPECT_EQ(UCS_ERR_UNREACHABLE, take(bad));
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
+    bad          = key;
+    bad.table_fd = 100000; /* no such descriptor */
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));
     bad      = key;
     bad.size = 4 * MiB;
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, take(bad));

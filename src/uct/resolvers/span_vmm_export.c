@@ -241,8 +241,14 @@ static void span_vmm_export_withdraw(span_vmm_export_t *export)
     ucs_list_del(&export->list);
     export->listed = 0;
     if (ucs_list_is_empty(&span_vmm_exports.list)) {
-        span_vmm_exports.lo = UINT64_MAX;
-        span_vmm_exports.hi = 0;
+        /* A process that exports nothing keeps no descriptor: the next
+         * export makes a table with a new id, and a key of this one is
+         * refused by it (its importers' views hold only cleared entries) */
+        close(span_vmm_exports.table);
+        span_vmm_exports.table      = -1;
+        span_vmm_exports.table_size = 0;
+        span_vmm_exports.lo         = UINT64_MAX;
+        span_vmm_exports.hi         = 0;
     }
 }
 
@@ -365,24 +371,31 @@ ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
     int table;
 
     table = span_peer_pidfd_getfd(pidfd, key->table_fd);
-    if (table < 0) {
+    if ((table < 0) && (errno != EBADF)) {
         ucs_error("span vmm export: cannot take the export table (descriptor "
                   "%u) of process %u: %m", key->table_fd, key->pid);
         return UCS_ERR_UNREACHABLE;
     }
-    span_peer_fd_link(table, link, sizeof(link));
-    if ((fstat(table, &st) != 0) || !S_ISREG(st.st_mode) ||
+    if (table >= 0) {
+        span_peer_fd_link(table, link, sizeof(link));
+    }
+    /* an exporter closes its table when it exports nothing: a key of a
+     * table that is gone names memory no longer exported */
+    if ((table < 0) || (fstat(table, &st) != 0) || !S_ISREG(st.st_mode) ||
         strncmp(link, SPAN_VMM_TABLE_LINK,
                 strlen(SPAN_VMM_TABLE_LINK)) ||
         (pread(table, header, sizeof(header), 0) != sizeof(header)) ||
         (header[0] != SPAN_VMM_TABLE_MAGIC) ||
         (header[1] != key->table_id)) {
         ucs_error("span vmm export: descriptor %u of process %u ('%s') is not "
-                  "the export table 0x%" PRIx64 " the key names (the process "
-                  "or descriptor was recycled)", key->table_fd, key->pid,
-                  link, key->table_id);
-        close(table);
-        return UCS_ERR_UNREACHABLE;
+                  "the export table 0x%" PRIx64 " the key names any more (its "
+                  "exports were withdrawn, or the process was recycled)",
+                  key->table_fd, key->pid, (table < 0) ? "closed" : link,
+                  key->table_id);
+        if (table >= 0) {
+            close(table);
+        }
+        return UCS_ERR_INVALID_ADDR;
     }
     *table_p = table;
     return UCS_OK;

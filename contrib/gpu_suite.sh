@@ -23,7 +23,8 @@
 #  M. every ordered pair of GPUs: the GPU tests' compact cases (cudaMalloc
 #     and 16 VMM handles at odd offsets, a PyTorch expandable tensor), bytes
 #     and the protocols of every device put/get checked, then put/get GB/s
-#     of VMM memory (twin) against cudaMalloc (native), medians of RUNS;
+#     of VMM memory (twin) against cudaMalloc (native), medians of RUNS
+#     (SPAN_MATRIX_FROM="2 3": only the pairs from those initiator GPUs);
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
@@ -340,7 +341,7 @@ echo '|---|---|---|---|---|---|'
 cases() { echo "*put_get/malloc_sub_odd_$1:*put_get/vmm_16_sub_odd_$1:*put_get/torch_second_half_$1"; }
 python3 -c 'import torch' 2>/dev/null &&
     export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
-for ((i = 0; i < ngpus; i++)); do
+for i in ${SPAN_MATRIX_FROM:-$(seq 0 $((ngpus - 1)))}; do
     for ((j = 0; j < ngpus; j++)); do
         [ $i -eq $j ] && continue
         log=/tmp/span_matrix_$i$j.log

@@ -181,4 +181,29 @@ TEST_F(rocm_bounds, a_vmm_sub_range_is_served_alone)
     span_vmm_cache_put(rkey->vmm);
 }
 
+/* UCP registers a few bytes past the device memory it allocates itself
+ * (ucp_mem_map with ALLOCATE, as ucx_perftest -m cuda does), which the
+ * native transport takes: the key serves the range up to the end of the
+ * last allocation, and nothing past it */
+TEST_F(rocm_bounds, a_range_past_the_last_allocation_ends_with_it)
+{
+    const size_t start = 3 * handle + 5, length = handle - 5 + 8;
+    const uint64_t first = (uintptr_t)m_base + start;
+    std::vector<uint8_t> key(SPAN_RKEY_MAX_SIZE);
+    std::vector<uint8_t> storage(sizeof(span_rkey_t));
+    span_rkey_t *rkey = (span_rkey_t*)storage.data();
+    span_rkey_desc_t desc;
+
+    ASSERT_EQ(UCS_OK, test_rocm_md_pack(m_base + start, length, key.data(),
+                                        &m_md));
+    ASSERT_EQ(UCS_OK, span_rkey_parse(key.data(), key.size(), &desc));
+    EXPECT_EQ(first, desc.win_base);
+    EXPECT_EQ(handle - 5, desc.win_length);
+    memset(rkey, 0, sizeof(*rkey));
+    span_rkey_init(rkey, &desc);
+    EXPECT_TRUE(span_rkey_check(rkey, first, handle - 5));
+    EXPECT_FALSE(span_rkey_check(rkey, first + handle - 5, 1));
+    EXPECT_FALSE(span_rkey_check(rkey, first, length));
+}
+
 } // namespace

@@ -59,7 +59,8 @@ ucs_status_t test_rocm_md_pack(void *address, size_t length, void *rkey_buf,
     }
     /* the range registered, as span_md_mem_reg notes it */
     t->memh->win_base   = (uintptr_t)address;
-    t->memh->win_length = length;
+    t->memh->win_length = span_cuda_covered(&ext, (uintptr_t)address,
+                                            length);
     status = span_memh_seal_exported(smd, t->memh);
     if (status != UCS_OK) {
         return status;

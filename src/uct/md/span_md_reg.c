@@ -146,9 +146,11 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
                   "%s", smd, address, length, ucs_status_string(status));
         return status;
     }
-    if (span_md_vmm_widen(smd, address, length, &cuda)) {
-        ext->win_length = cuda.length;
-    }
+    /* a request may end past its last allocation (the resolver says why):
+     * it registers, as natively, what is there */
+    ext->win_length = span_md_vmm_widen(smd, address, length, &cuda) ?
+                      cuda.length :
+                      span_cuda_covered(&cuda, ext->win_base, length);
     ext->base        = cuda.base;
     ext->length      = cuda.length;
     ext->unit_origin = cuda.base;

@@ -53,6 +53,16 @@ const span_cuda_ops_t *span_cuda_driver(void);
 ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
                                uint64_t length, span_cuda_extent_t *extent);
 
+/* How much of [addr, +length) the extent of span_cuda_resolve(addr,
+ * length) covers: all but a tail past the last allocation */
+static inline uint64_t span_cuda_covered(const span_cuda_extent_t *extent,
+                                         uint64_t addr, uint64_t length)
+{
+    uint64_t end = extent->base + extent->length;
+
+    return (addr + length > end) ? end - addr : length;
+}
+
 /* How far span_cuda_widen may go */
 typedef struct span_cuda_widen_limits {
     uint64_t max_bytes; /* of the widened extent */

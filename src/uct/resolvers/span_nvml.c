@@ -101,7 +101,9 @@ static ucs_status_t span_nvml_count(const span_nvml_ops_t *nvml,
 
 static void span_nvml_probe(void)
 {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    /* never unloaded: NVML keeps threads and exit handlers of its own */
+    void *lib = dlopen("libnvidia-ml.so.1",
+                       RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     span_nvml_ops_t nvml;
     int (*shutdown)(void);
     int res;
@@ -127,7 +129,6 @@ static void span_nvml_probe(void)
     if (shutdown != NULL) {
         shutdown();
     }
-    dlclose(lib);
 }
 
 unsigned span_nvml_links_of(const span_nvml_ops_t *nvml)

@@ -15,13 +15,16 @@
 #include <hip/hip_runtime_api.h>
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
+#include <ucs/debug/log_def.h>
+#include <stdio.h>
 
 /* Who needs a call: a call missing from the runtime turns off only them */
 #define SPAN_LIBROCM_RESOLVER 1u
 #define SPAN_LIBROCM_VMM      2u
 #define SPAN_LIBROCM_COPY     4u
 
-/* Member, library (HIP or HSA), users */
+/* Member, library (HIP or HSA), users (0: only log lines use the call,
+ * SPAN_LIBROCM_HSA_CALL, and do without it) */
 #define SPAN_LIBROCM_CALLS(_call) \
     _call(hipMemGetAddressRange, HIP, SPAN_LIBROCM_RESOLVER) \
     _call(hipPointerGetAttribute, HIP, \
@@ -49,7 +52,8 @@
     _call(hsa_signal_load_scacquire, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_store_screlease, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_subtract_screlease, HSA, SPAN_LIBROCM_COPY) \
-    _call(hsa_signal_wait_scacquire, HSA, SPAN_LIBROCM_COPY)
+    _call(hsa_signal_wait_scacquire, HSA, SPAN_LIBROCM_COPY) \
+    _call(hsa_status_string, HSA, 0)
 
 #define SPAN_LIBROCM_MEMBER(_name, _lib, _users) typeof(_name) *_name;
 
@@ -64,5 +68,40 @@ extern span_librocm_t span_librocm;
  * loaded already, if any); whether they have every call of users
  * (SPAN_LIBROCM_*) */
 int span_librocm_load(unsigned users);
+
+/* The runtime's name and description of status ("HSA_STATUS_ERROR_...:
+ * ..."), or its number where the runtime has no word for it, in buf of
+ * size bytes */
+static inline const char *span_librocm_hsa_error(hsa_status_t status,
+                                                 char *buf, size_t size)
+{
+    const char *string = NULL;
+
+    if ((span_librocm.hsa_status_string == NULL) ||
+        (span_librocm.hsa_status_string(status, &string) !=
+         HSA_STATUS_SUCCESS) ||
+        (string == NULL)) {
+        snprintf(buf, size, "hsa_status_t 0x%x", (unsigned)status);
+        return buf;
+    }
+    return string;
+}
+
+/* Calls span_librocm._func(...), an HSA call, and evaluates to its
+ * hsa_status_t; a failure is logged with the call as written and the
+ * runtime's error:
+ *   span rocm: hsa_signal_create(0, 0, NULL, &signal) failed:
+ *   HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate ... */
+#define SPAN_LIBROCM_HSA_CALL(_func, ...) \
+    ({ \
+        hsa_status_t _span_status = span_librocm._func(__VA_ARGS__); \
+        char _span_err[32]; \
+        if (_span_status != HSA_STATUS_SUCCESS) { \
+            ucs_error("span rocm: %s(%s) failed: %s", #_func, #__VA_ARGS__, \
+                      span_librocm_hsa_error(_span_status, _span_err, \
+                                             sizeof(_span_err))); \
+        } \
+        _span_status; \
+    })
 
 #endif

@@ -16,7 +16,7 @@
 
 extern "C" {
 #include "resolvers/span_vmm_cache.h"
-#include "resolvers/span_rocm_copy.h"
+#include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_rocm_vmm.h"
 #include "rocm_emu/hsa_emu.h"
 }
@@ -70,13 +70,15 @@ protected:
                                                m_base, unit, 0, 0));
         ASSERT_EQ(units, m_geom.num_chunks);
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, units * unit));
-        ASSERT_EQ(UCS_OK, span_rocm_copy_create(&m_copy));
+        ASSERT_EQ(UCS_OK, span_vmm_copy_create(
+                                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                  &m_copy));
     }
 
     void TearDown() override
     {
         if (m_copy != nullptr) {
-            span_rocm_copy_destroy(m_copy);
+            span_vmm_copy_destroy(m_copy);
         }
         if (m_local != nullptr) {
             EXPECT_EQ(hipSuccess, hipFree(m_local));
@@ -113,13 +115,13 @@ protected:
         deadline guard(30, "a ROCm VMM copy");
         ucs_status_t status;
 
-        status = span_rocm_copy_post(m_copy, map, is_put, &iov, 1,
-                                     (uint8_t*)map->base + offset, &c.comp);
+        status = span_vmm_copy_post(m_copy, map, is_put, &iov, 1,
+                                    (uint8_t*)map->base + offset, &c.comp);
         if (status != UCS_INPROGRESS) {
             return status;
         }
         while (!c.done) {
-            span_rocm_copy_progress(m_copy);
+            span_vmm_copy_progress(m_copy);
         }
         return c.comp.status;
     }
@@ -129,7 +131,7 @@ protected:
     uint64_t                         m_base  = 0;
     span_chunk_geom_t                m_geom;
     uint8_t                          *m_local = nullptr;
-    span_rocm_copy_t                 *m_copy  = nullptr;
+    span_vmm_copy_t                  *m_copy  = nullptr;
 };
 
 TEST_F(rocm_vmm, units_of_a_peer_move_through_span_copies)
@@ -172,20 +174,20 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
     ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 100000));
     ASSERT_EQ(UCS_INPROGRESS,
-              span_rocm_copy_post(m_copy, map, 0, &iov, 1,
-                                  (uint8_t*)map->base + unit - 100, &op.comp));
-    EXPECT_TRUE(span_rocm_copy_busy(m_copy));
-    EXPECT_EQ(UCS_INPROGRESS, span_rocm_copy_flush(m_copy, nullptr));
-    ASSERT_EQ(UCS_INPROGRESS, span_rocm_copy_flush(m_copy, &flush.comp));
-    EXPECT_EQ(0u, span_rocm_copy_progress(m_copy)) << "completed too early";
+              span_vmm_copy_post(m_copy, map, 0, &iov, 1,
+                                 (uint8_t*)map->base + unit - 100, &op.comp));
+    EXPECT_TRUE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, nullptr));
+    ASSERT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, &flush.comp));
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy)) << "completed too early";
     EXPECT_FALSE(op.done);
     while (!flush.done) {
-        span_rocm_copy_progress(m_copy);
+        span_vmm_copy_progress(m_copy);
     }
     EXPECT_TRUE(op.done);
     EXPECT_TRUE(flush.done);
-    EXPECT_FALSE(span_rocm_copy_busy(m_copy));
-    EXPECT_EQ(UCS_OK, span_rocm_copy_flush(m_copy, nullptr));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(UCS_OK, span_vmm_copy_flush(m_copy, nullptr));
     span_vmm_cache_put(map);
 }
 
@@ -207,11 +209,11 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
                                     hipMemcpyDefault));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 200000));
     ASSERT_EQ(0, hsa_emu_fail("hsa_amd_memory_async_copy@2"));
-    status = span_rocm_copy_post(m_copy, map, 0, iov, 2,
-                                 (uint8_t*)map->base, &op.comp);
+    status = span_vmm_copy_post(m_copy, map, 0, iov, 2,
+                                (uint8_t*)map->base, &op.comp);
     if (status == UCS_INPROGRESS) {
         while (!op.done) {
-            span_rocm_copy_progress(m_copy);
+            span_vmm_copy_progress(m_copy);
         }
         status = op.comp.status;
     }
@@ -223,8 +225,8 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
     memcpy(seen.data(), m_local, seen.size());
     EXPECT_EQ(0, memcmp(zero.data(), seen.data(), seen.size()))
             << "the buffer of a get reported failed changed afterwards";
-    while (span_rocm_copy_busy(m_copy)) {
-        span_rocm_copy_progress(m_copy);
+    while (span_vmm_copy_busy(m_copy)) {
+        span_vmm_copy_progress(m_copy);
     }
     span_vmm_cache_put(map);
 }
@@ -278,9 +280,9 @@ TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 
     ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_rocm_copy_post(m_copy, map, 0, &iov, 1,
-                                  (uint8_t*)map->base, nullptr));
-    EXPECT_FALSE(span_rocm_copy_busy(m_copy));
+              span_vmm_copy_post(m_copy, map, 0, &iov, 1,
+                                 (uint8_t*)map->base, nullptr));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
     span_vmm_cache_put(map);
 }
 

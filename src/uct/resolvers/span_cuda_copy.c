@@ -1,13 +1,7 @@
 /*
  * CUDA's calls for the VMM copy engine (span_cuda_copy.h).
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
 #include "span_cuda_copy.h"
-
-#if HAVE_CUDA
 #include "span_libcuda.h"
 
 #include <ucs/debug/log_def.h>
@@ -208,4 +202,3 @@ static void span_cuda_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
 
 const span_vmm_copy_ops_t span_cuda_copy_ops =
         SPAN_VMM_COPY_OPS(cuda, UCS_MEMORY_TYPE_CUDA);
-#endif

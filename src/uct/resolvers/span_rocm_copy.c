@@ -1,13 +1,7 @@
 /*
  * ROCm's calls for the VMM copy engine (span_rocm_copy.h).
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
 #include "span_rocm_copy.h"
-
-#if HAVE_ROCM
 #include "span_librocm.h"
 #include "span_rocm_vmm.h"
 
@@ -211,4 +205,3 @@ static void span_rocm_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
 
 const span_vmm_copy_ops_t span_rocm_copy_ops =
         SPAN_VMM_COPY_OPS(rocm, UCS_MEMORY_TYPE_ROCM);
-#endif

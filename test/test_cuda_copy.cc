@@ -2,8 +2,9 @@
  * The VMM copy engine over a scripted driver: ops return UCS_INPROGRESS
  * and complete from progress only after the device ran their copies, once;
  * a flush completes behind the last copy; the engine copies in the context
- * of the local buffer's device and leaves no stream, event or context
- * behind.
+ * of the local buffer's device, with events of that context (the fake
+ * driver refuses others, as the real one does), and leaves no stream,
+ * event or context behind.
  */
 #ifdef HAVE_CONFIG_H
 #  include "config.h"
@@ -27,7 +28,8 @@ extern "C" {
 namespace {
 
 struct fake_event {
-    bool pending = false;
+    bool      pending = false;
+    CUcontext ctx; /* current at its creation */
 };
 
 struct fake_op { /* a copy or an event record, in stream order */
@@ -126,7 +128,11 @@ CUresult fake_stream_destroy(CUstream stream)
 
 CUresult fake_event_create(CUevent *event, unsigned flags)
 {
-    *event = (CUevent)new fake_event;
+    if (drv.current == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *event                      = (CUevent)new fake_event;
+    ((fake_event*)*event)->ctx = drv.current;
     ++drv.events;
     return CUDA_SUCCESS;
 }
@@ -152,6 +158,10 @@ CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t length,
 
 CUresult fake_event_record(CUevent event, CUstream stream)
 {
+    /* a stream records only the events of its own context */
+    if ((CUstream)((fake_event*)event)->ctx != stream) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     ((fake_event*)event)->pending = true;
     drv.ops.push_back({stream, NULL, NULL, 0, (fake_event*)event});
     return CUDA_SUCCESS;

@@ -113,13 +113,43 @@ static ucs_status_t span_cuda_copy_route(void *vendor, span_vmm_map_t *map,
     return UCS_OK;
 }
 
+/* Makes ctx current where the thread has another context or none; whether
+ * it did (span_cuda_copy_leave undoes it) */
+static int span_cuda_copy_enter(CUcontext ctx)
+{
+    CUcontext cur = NULL;
+
+    span_libcuda.cuCtxGetCurrent(&cur);
+    if (cur == ctx) {
+        return 0;
+    }
+    span_libcuda.cuCtxPushCurrent(ctx);
+    return 1;
+}
+
+static void span_cuda_copy_leave(int pushed)
+{
+    CUcontext ctx;
+
+    if (pushed) {
+        span_libcuda.cuCtxPopCurrent(&ctx);
+    }
+}
+
+/* An event belongs to the context current at its creation, and a stream
+ * records only its own context's events: it is made in the device's, not
+ * in whichever one the thread has (another device's, or none) */
 static ucs_status_t span_cuda_copy_signal_create(void *vendor, int device,
                                                  span_vmm_copy_signal_t *signal)
 {
+    span_cuda_copy_t *cuda = vendor;
+    int pushed             = span_cuda_copy_enter(cuda->dev[device].ctx);
     CUevent event;
+    CUresult res;
 
-    if (SPAN_LIBCUDA_CALL(cuEventCreate, &event, CU_EVENT_DISABLE_TIMING) !=
-        CUDA_SUCCESS) {
+    res = SPAN_LIBCUDA_CALL(cuEventCreate, &event, CU_EVENT_DISABLE_TIMING);
+    span_cuda_copy_leave(pushed);
+    if (res != CUDA_SUCCESS) {
         return UCS_ERR_NO_MEMORY;
     }
     signal->ptr = event;
@@ -133,19 +163,13 @@ static void span_cuda_copy_signal_destroy(void *vendor,
 }
 
 /* The copies go in the device's context (its stream's), made current for
- * the op where the thread has another one or none */
+ * the op */
 static void span_cuda_copy_begin(void *vendor, const span_vmm_copy_op_t *op,
                                  size_t copies)
 {
     span_cuda_copy_t *cuda = vendor;
-    CUcontext cur          = NULL;
-    CUcontext ctx          = cuda->dev[op->device].ctx;
 
-    span_libcuda.cuCtxGetCurrent(&cur);
-    cuda->pushed = (cur != ctx);
-    if (cuda->pushed) {
-        span_libcuda.cuCtxPushCurrent(ctx);
-    }
+    cuda->pushed = span_cuda_copy_enter(cuda->dev[op->device].ctx);
 }
 
 static ucs_status_t span_cuda_copy_async(void *vendor,
@@ -169,7 +193,6 @@ static ucs_status_t span_cuda_copy_end(void *vendor,
     span_cuda_copy_t *cuda = vendor;
     CUstream stream        = cuda->dev[op->device].stream;
     ucs_status_t status    = UCS_OK;
-    CUcontext ctx;
 
     /* the event also follows copies queued before a refused one */
     if ((queued > 0) &&
@@ -178,9 +201,7 @@ static ucs_status_t span_cuda_copy_end(void *vendor,
         span_libcuda.cuStreamSynchronize(stream);
         status = UCS_ERR_IO_ERROR;
     }
-    if (cuda->pushed) {
-        span_libcuda.cuCtxPopCurrent(&ctx);
-    }
+    span_cuda_copy_leave(cuda->pushed);
     return status;
 }
 

@@ -209,6 +209,25 @@ CUresult fake_set_access(CUdeviceptr ptr, size_t size,
     return CUDA_SUCCESS;
 }
 
+/* The driver's words for the error the fake refuses copies with */
+CUresult fake_error_name(CUresult res, const char **name)
+{
+    if (res != CUDA_ERROR_INVALID_VALUE) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *name = "CUDA_ERROR_INVALID_VALUE";
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_error_string(CUresult res, const char **string)
+{
+    if (res != CUDA_ERROR_INVALID_VALUE) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *string = "invalid argument";
+    return CUDA_SUCCESS;
+}
+
 struct counted_comp {
     uct_completion_t super;
     int              calls;
@@ -381,6 +400,34 @@ TEST_F(cuda_copy, a_refused_copy_fails_the_op_once_the_copies_before_ran)
     EXPECT_EQ(0, m_remote[128]) << "a copy after the refused one ran";
     span_vmm_copy_progress(m_copy);
     EXPECT_EQ(1, c.calls);
+}
+
+/* The log of a refused copy names the driver call and the driver's words
+ * for its error, or its number where libcuda has no words (the calls that
+ * give them are no driver call span needs) */
+TEST_F(cuda_copy, a_refused_copy_is_logged_by_call_and_error)
+{
+    span_libcuda.cuGetErrorName   = fake_error_name;
+    span_libcuda.cuGetErrorString = fake_error_string;
+    drv.fail_copy_at              = 0;
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, NULL));
+        EXPECT_EQ(1u, log_counter::count("span cuda: cuMemcpyAsync("));
+        EXPECT_EQ(1u, log_counter::count(
+                              ") failed: CUDA_ERROR_INVALID_VALUE: invalid "
+                              "argument"));
+        EXPECT_EQ(1u, log_counter::count("span cuda copy: put of 64 bytes"));
+    }
+    span_libcuda.cuGetErrorName   = NULL;
+    span_libcuda.cuGetErrorString = NULL;
+    drv.fail_copy_at              = drv.copies;
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, NULL));
+        EXPECT_EQ(1u, log_counter::count(") failed: CUresult 1"));
+    }
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 
 TEST_F(cuda_copy, a_refused_first_copy_fails_at_once)

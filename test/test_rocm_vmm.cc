@@ -8,6 +8,7 @@
  * checked in the exporter. A withdrawn export is never imported again.
  */
 #include "test_deadline.h"
+#include "test_log.h"
 #include "test_rocm_child.h"
 
 #include <gtest/gtest.h>
@@ -192,8 +193,9 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
 }
 
 /* A get whose second element copy is refused while the first runs (200 ms
- * on the emulator): the op reports its error only once the first copy
- * finished, and the destination never changes after that */
+ * on the emulator): the refusal is logged by the runtime call and the
+ * runtime's words for its error, the op reports its error only once the
+ * first copy finished, and the destination never changes after that */
 TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
 {
     uct_iov_t iov[2] = {{m_local, unit, nullptr, 0, 1},
@@ -209,8 +211,17 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
                                     hipMemcpyDefault));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 200000));
     ASSERT_EQ(0, hsa_emu_fail("hsa_amd_memory_async_copy@2"));
-    status = span_vmm_copy_post(m_copy, map, 0, iov, 2,
-                                (uint8_t*)map->base, &op.comp);
+    {
+        log_counter log;
+        status = span_vmm_copy_post(m_copy, map, 0, iov, 2,
+                                    (uint8_t*)map->base, &op.comp);
+        EXPECT_EQ(1u, log_counter::count(
+                              "span rocm: hsa_amd_memory_async_copy("));
+        EXPECT_EQ(1u, log_counter::count(
+                              ") failed: HSA_STATUS_ERROR_OUT_OF_RESOURCES: "));
+        EXPECT_EQ(1u, log_counter::count("span rocm copy: get of 262144 "
+                                         "bytes"));
+    }
     if (status == UCS_INPROGRESS) {
         while (!op.done) {
             span_vmm_copy_progress(m_copy);

@@ -6,8 +6,9 @@
 #ifndef SPAN_LIBCUDA_H_
 #define SPAN_LIBCUDA_H_
 
+#include "base/span_call.h"
+
 #include <cuda.h>
-#include <ucs/debug/log_def.h>
 #include <stdio.h>
 
 /* Who needs a driver call: a call missing from libcuda turns off only them */
@@ -99,23 +100,16 @@ static inline const char *span_libcuda_error(CUresult res, char *buf,
     return buf;
 }
 
+/* CUDA_ERROR_NOT_READY is the answer of a query, not a failure */
+#define SPAN_LIBCUDA_FAILED(_res) \
+    (((_res) != CUDA_SUCCESS) && ((_res) != CUDA_ERROR_NOT_READY))
+
 /* Calls span_libcuda._func(...) and evaluates to its CUresult; a failure
- * is logged, as UCX's UCT_CUDADRV_FUNC_LOG_ERR logs one, with the call as
- * written and the driver's error:
+ * is logged with the call and the driver's words (span_call.h):
  *   span cuda: cuMemcpyAsync(dst, src, length, stream) failed:
- *   CUDA_ERROR_INVALID_VALUE: invalid argument
- * CUDA_ERROR_NOT_READY is the answer of a query, not a failure. */
+ *   CUDA_ERROR_INVALID_VALUE: invalid argument */
 #define SPAN_LIBCUDA_CALL(_func, ...) \
-    ({ \
-        CUresult _span_res = span_libcuda._func(__VA_ARGS__); \
-        char _span_err[128]; \
-        if ((_span_res != CUDA_SUCCESS) && \
-            (_span_res != CUDA_ERROR_NOT_READY)) { \
-            ucs_error("span cuda: %s(%s) failed: %s", #_func, #__VA_ARGS__, \
-                      span_libcuda_error(_span_res, _span_err, \
-                                         sizeof(_span_err))); \
-        } \
-        _span_res; \
-    })
+    SPAN_CALL("cuda", span_libcuda, CUresult, SPAN_LIBCUDA_FAILED, \
+              span_libcuda_error, _func, #__VA_ARGS__, __VA_ARGS__)
 
 #endif

@@ -12,10 +12,11 @@
 #ifndef SPAN_LIBROCM_H_
 #define SPAN_LIBROCM_H_
 
+#include "base/span_call.h"
+
 #include <hip/hip_runtime_api.h>
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
-#include <ucs/debug/log_def.h>
 #include <stdio.h>
 
 /* Who needs a call: a call missing from the runtime turns off only them */
@@ -87,21 +88,15 @@ static inline const char *span_librocm_hsa_error(hsa_status_t status,
     return string;
 }
 
+#define SPAN_LIBROCM_HSA_FAILED(_status) ((_status) != HSA_STATUS_SUCCESS)
+
 /* Calls span_librocm._func(...), an HSA call, and evaluates to its
- * hsa_status_t; a failure is logged with the call as written and the
- * runtime's error:
- *   span rocm: hsa_signal_create(0, 0, NULL, &signal) failed:
+ * hsa_status_t; a failure is logged with the call and the runtime's words
+ * (span_call.h):
+ *   span rocm: hsa_signal_create(0, 0, NULL, &hsa) failed:
  *   HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate ... */
 #define SPAN_LIBROCM_HSA_CALL(_func, ...) \
-    ({ \
-        hsa_status_t _span_status = span_librocm._func(__VA_ARGS__); \
-        char _span_err[32]; \
-        if (_span_status != HSA_STATUS_SUCCESS) { \
-            ucs_error("span rocm: %s(%s) failed: %s", #_func, #__VA_ARGS__, \
-                      span_librocm_hsa_error(_span_status, _span_err, \
-                                             sizeof(_span_err))); \
-        } \
-        _span_status; \
-    })
+    SPAN_CALL("rocm", span_librocm, hsa_status_t, SPAN_LIBROCM_HSA_FAILED, \
+              span_librocm_hsa_error, _func, #__VA_ARGS__, __VA_ARGS__)
 
 #endif

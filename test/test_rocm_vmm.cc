@@ -283,6 +283,28 @@ TEST_F(rocm_vmm, a_host_pinned_buffer_moves_through_its_device_pointer)
     span_vmm_cache_put(map);
 }
 
+/* An engine is made only where its runtime is: refused, and logged by the
+ * runtime's call and words, where hsa_init fails; refused for memory of
+ * no vendor span was built with */
+TEST(rocm_vmm_copy, no_engine_without_its_runtime)
+{
+    span_vmm_copy_t *copy = nullptr;
+    log_counter log;
+
+    /* the emulator takes HSA_EMU_FAIL at its start: started first */
+    ASSERT_EQ(hipSuccess, hipSetDevice(0));
+    ASSERT_EQ(0, hsa_emu_fail("hsa_init"));
+    EXPECT_EQ(UCS_ERR_NO_DEVICE,
+              span_vmm_copy_create(span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                   &copy));
+    EXPECT_EQ(1u, log_counter::count("span rocm: hsa_init() failed: "
+                                     "HSA_STATUS_ERROR_OUT_OF_RESOURCES: "));
+    ASSERT_EQ(0, hsa_emu_fail(nullptr));
+    EXPECT_EQ(nullptr, span_vmm_copy_vendor(UCS_MEMORY_TYPE_HOST));
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_vmm_copy_create(nullptr, &copy));
+    EXPECT_EQ(nullptr, copy);
+}
+
 TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 {
     std::vector<uint8_t> host(4096);

@@ -2,8 +2,9 @@
  * The VMM copy engine over a scripted driver: ops return UCS_INPROGRESS
  * and complete from progress only after the device ran their copies, once;
  * a flush completes behind the last copy; the engine copies in the context
- * of the local buffer's device and leaves no stream, event or context
- * behind.
+ * of the local buffer's device, with events of that context (the fake
+ * driver refuses others, as the real one does), and leaves no stream,
+ * event or context behind.
  */
 #ifdef HAVE_CONFIG_H
 #  include "config.h"
@@ -15,6 +16,7 @@
 #if HAVE_CUDA
 extern "C" {
 #include "resolvers/span_cuda_copy.h"
+#include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_libcuda.h"
 }
 
@@ -26,7 +28,8 @@ extern "C" {
 namespace {
 
 struct fake_event {
-    bool pending = false;
+    bool      pending = false;
+    CUcontext ctx; /* current at its creation */
 };
 
 struct fake_op { /* a copy or an event record, in stream order */
@@ -125,7 +128,11 @@ CUresult fake_stream_destroy(CUstream stream)
 
 CUresult fake_event_create(CUevent *event, unsigned flags)
 {
-    *event = (CUevent)new fake_event;
+    if (drv.current == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *event                      = (CUevent)new fake_event;
+    ((fake_event*)*event)->ctx = drv.current;
     ++drv.events;
     return CUDA_SUCCESS;
 }
@@ -151,6 +158,10 @@ CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t length,
 
 CUresult fake_event_record(CUevent event, CUstream stream)
 {
+    /* a stream records only the events of its own context */
+    if ((CUstream)((fake_event*)event)->ctx != stream) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     ((fake_event*)event)->pending = true;
     drv.ops.push_back({stream, NULL, NULL, 0, (fake_event*)event});
     return CUDA_SUCCESS;
@@ -195,6 +206,25 @@ CUresult fake_set_access(CUdeviceptr ptr, size_t size,
 {
     ++drv.set_access;
     drv.access_devices.push_back(desc->location.id);
+    return CUDA_SUCCESS;
+}
+
+/* The driver's words for the error the fake refuses copies with */
+CUresult fake_error_name(CUresult res, const char **name)
+{
+    if (res != CUDA_ERROR_INVALID_VALUE) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *name = "CUDA_ERROR_INVALID_VALUE";
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_error_string(CUresult res, const char **string)
+{
+    if (res != CUDA_ERROR_INVALID_VALUE) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *string = "invalid argument";
     return CUDA_SUCCESS;
 }
 
@@ -243,13 +273,15 @@ protected:
         m_map.device  = 0;
         m_map.devices = 1;
         m_map.pid     = 1;
-        ASSERT_EQ(UCS_OK, span_cuda_copy_create(&m_copy));
+        ASSERT_EQ(&span_cuda_copy_ops,
+                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_CUDA));
+        ASSERT_EQ(UCS_OK, span_vmm_copy_create(&span_cuda_copy_ops, &m_copy));
     }
 
     void TearDown() override
     {
         if (m_copy != NULL) {
-            span_cuda_copy_destroy(m_copy);
+            span_vmm_copy_destroy(m_copy);
         }
         EXPECT_EQ(0, drv.streams);
         EXPECT_EQ(0, drv.events);
@@ -262,8 +294,8 @@ protected:
     {
         uct_iov_t iov = {m_local.data() + offset, length, NULL, length,
                          (unsigned)count};
-        return span_cuda_copy_post(m_copy, &m_map, 1, &iov, 1,
-                                   m_remote.data() + offset, comp);
+        return span_vmm_copy_post(m_copy, &m_map, 1, &iov, 1,
+                                  m_remote.data() + offset, comp);
     }
 
     static void init(counted_comp *c)
@@ -273,8 +305,8 @@ protected:
     }
 
     span_libcuda_t       m_saved;
-    span_cuda_copy_t     *m_copy = NULL;
-    span_vmm_map_t  m_map   = {};
+    span_vmm_copy_t      *m_copy = NULL;
+    span_vmm_map_t       m_map   = {};
     std::vector<uint8_t> m_local, m_remote;
 };
 
@@ -284,17 +316,17 @@ TEST_F(cuda_copy, op_completes_from_progress_after_the_device_copied)
 
     init(&c);
     EXPECT_EQ(UCS_INPROGRESS, put(0, 1024, &c.super));
-    EXPECT_TRUE(span_cuda_copy_busy(m_copy));
-    EXPECT_EQ(0u, span_cuda_copy_progress(m_copy)); /* not run yet */
+    EXPECT_TRUE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy)); /* not run yet */
     EXPECT_EQ(0, c.calls);
     fake_run();
-    EXPECT_EQ(1u, span_cuda_copy_progress(m_copy));
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy));
     EXPECT_EQ(1, c.calls);
     EXPECT_EQ(UCS_OK, c.super.status);
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 1024));
     EXPECT_EQ(0, m_remote[1024]);
-    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
-    EXPECT_EQ(0u, span_cuda_copy_progress(m_copy));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy));
     EXPECT_EQ(1, c.calls);
     /* the copy ran on device 0's stream, made in its context */
     ASSERT_EQ(1u, drv.copy_devices.size());
@@ -310,7 +342,7 @@ TEST_F(cuda_copy, events_and_streams_are_pooled)
         init(&c);
         ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c.super));
         fake_run();
-        span_cuda_copy_progress(m_copy);
+        span_vmm_copy_progress(m_copy);
         ASSERT_EQ(1, c.calls);
     }
     EXPECT_EQ(1, drv.events);
@@ -324,22 +356,22 @@ TEST_F(cuda_copy, flush_completes_behind_the_last_copy)
     init(&a);
     init(&b);
     init(&f);
-    EXPECT_EQ(UCS_OK, span_cuda_copy_flush(m_copy, &f.super));
+    EXPECT_EQ(UCS_OK, span_vmm_copy_flush(m_copy, &f.super));
     EXPECT_EQ(0, f.calls); /* nothing queued: the caller completes */
     EXPECT_EQ(UCS_INPROGRESS, put(0, 100, &a.super));
     EXPECT_EQ(UCS_INPROGRESS, put(100, 100, &b.super));
-    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
-    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, NULL));
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, &f.super));
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, NULL));
     fake_run(2); /* the first copy and its event */
-    span_cuda_copy_progress(m_copy);
+    span_vmm_copy_progress(m_copy);
     EXPECT_EQ(1, a.calls);
     EXPECT_EQ(0, b.calls);
     EXPECT_EQ(0, f.calls);
     fake_run();
-    span_cuda_copy_progress(m_copy);
+    span_vmm_copy_progress(m_copy);
     EXPECT_EQ(1, b.calls);
     EXPECT_EQ(1, f.calls);
-    EXPECT_EQ(UCS_OK, span_cuda_copy_flush(m_copy, NULL));
+    EXPECT_EQ(UCS_OK, span_vmm_copy_flush(m_copy, NULL));
 }
 
 TEST_F(cuda_copy, a_refused_copy_fails_the_op_once_the_copies_before_ran)
@@ -355,19 +387,47 @@ TEST_F(cuda_copy, a_refused_copy_fails_the_op_once_the_copies_before_ran)
         EXPECT_EQ(1u, log_counter::count("put of 64 bytes"));
     }
     /* the two copies the device took still run: the op is not over */
-    EXPECT_TRUE(span_cuda_copy_busy(m_copy));
-    EXPECT_EQ(0u, span_cuda_copy_progress(m_copy));
+    EXPECT_TRUE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy));
     EXPECT_EQ(0, c.calls);
-    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, &f.super));
     fake_run();
-    span_cuda_copy_progress(m_copy);
+    span_vmm_copy_progress(m_copy);
     EXPECT_EQ(1, c.calls);
     EXPECT_EQ(UCS_ERR_IO_ERROR, c.super.status);
     EXPECT_EQ(1, f.calls);
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 128));
     EXPECT_EQ(0, m_remote[128]) << "a copy after the refused one ran";
-    span_cuda_copy_progress(m_copy);
+    span_vmm_copy_progress(m_copy);
     EXPECT_EQ(1, c.calls);
+}
+
+/* The log of a refused copy names the driver call and the driver's words
+ * for its error, or its number where libcuda has no words (the calls that
+ * give them are no driver call span needs) */
+TEST_F(cuda_copy, a_refused_copy_is_logged_by_call_and_error)
+{
+    span_libcuda.cuGetErrorName   = fake_error_name;
+    span_libcuda.cuGetErrorString = fake_error_string;
+    drv.fail_copy_at              = 0;
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, NULL));
+        EXPECT_EQ(1u, log_counter::count("span cuda: cuMemcpyAsync("));
+        EXPECT_EQ(1u, log_counter::count(
+                              ") failed: CUDA_ERROR_INVALID_VALUE: invalid "
+                              "argument"));
+        EXPECT_EQ(1u, log_counter::count("span cuda copy: put of 64 bytes"));
+    }
+    span_libcuda.cuGetErrorName   = NULL;
+    span_libcuda.cuGetErrorString = NULL;
+    drv.fail_copy_at              = drv.copies;
+    {
+        log_counter log;
+        EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, NULL));
+        EXPECT_EQ(1u, log_counter::count(") failed: CUresult 1"));
+    }
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 
 TEST_F(cuda_copy, a_refused_first_copy_fails_at_once)
@@ -380,9 +440,9 @@ TEST_F(cuda_copy, a_refused_first_copy_fails_at_once)
         log_counter log;
         EXPECT_EQ(UCS_ERR_IO_ERROR, put(0, 64, &c.super, 4));
     }
-    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
     fake_run();
-    span_cuda_copy_progress(m_copy);
+    span_vmm_copy_progress(m_copy);
     EXPECT_EQ(0, c.calls);
     EXPECT_EQ(0, m_remote[0]);
 }
@@ -398,8 +458,8 @@ TEST_F(cuda_copy, a_refused_copy_without_completion_returns_after_the_rest)
     }
     EXPECT_TRUE(drv.ops.empty()) << "the copy before the refused one runs";
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 64));
-    span_cuda_copy_progress(m_copy);
-    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    span_vmm_copy_progress(m_copy);
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 
 TEST_F(cuda_copy, destroy_waits_and_completes_each_op_once)
@@ -410,8 +470,8 @@ TEST_F(cuda_copy, destroy_waits_and_completes_each_op_once)
     init(&f);
     EXPECT_EQ(UCS_INPROGRESS, put(0, 512, &a.super));
     EXPECT_EQ(0, a.calls);
-    EXPECT_EQ(UCS_INPROGRESS, span_cuda_copy_flush(m_copy, &f.super));
-    span_cuda_copy_destroy(m_copy);
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, &f.super));
+    span_vmm_copy_destroy(m_copy);
     m_copy = NULL;
     EXPECT_EQ(1, a.calls);
     EXPECT_EQ(1, f.calls);
@@ -437,7 +497,7 @@ TEST_F(cuda_copy, copies_in_the_context_of_the_local_buffers_device)
     EXPECT_EQ(3ull, m_map.devices);
     EXPECT_EQ(fake_ctx(0), drv.current);
     fake_run();
-    EXPECT_EQ(2u, span_cuda_copy_progress(m_copy));
+    EXPECT_EQ(2u, span_vmm_copy_progress(m_copy));
 }
 
 TEST_F(cuda_copy, no_context_switch_where_the_right_one_is_current)
@@ -452,7 +512,7 @@ TEST_F(cuda_copy, no_context_switch_where_the_right_one_is_current)
     ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &a.super));
     EXPECT_EQ(0, drv.pushes);
     fake_run();
-    span_cuda_copy_progress(m_copy);
+    span_vmm_copy_progress(m_copy);
 }
 
 TEST_F(cuda_copy, a_device_beyond_the_engine_is_refused)
@@ -467,7 +527,7 @@ TEST_F(cuda_copy, a_device_beyond_the_engine_is_refused)
     m_map.device = 70;
     EXPECT_EQ(UCS_ERR_NO_DEVICE, put(0, 64, &a.super));
     EXPECT_EQ(2u, log_counter::count("beyond the 64"));
-    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
     EXPECT_EQ(0, a.calls);
     EXPECT_EQ(0, drv.streams);
 }
@@ -479,7 +539,7 @@ TEST_F(cuda_copy, nothing_to_move_completes_at_once)
     init(&a);
     EXPECT_EQ(UCS_OK, put(0, 64, &a.super, 0));
     EXPECT_EQ(UCS_OK, put(0, 0, &a.super));
-    EXPECT_FALSE(span_cuda_copy_busy(m_copy));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
     EXPECT_EQ(0, a.calls);
     EXPECT_EQ(0, drv.streams);
 }

@@ -16,7 +16,7 @@
 
 extern "C" {
 #include "key/span_rkey.h"
-#include "resolvers/span_rocm_copy.h"
+#include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_rocm_vmm.h"
 #include "resolvers/span_vmm_cache.h"
 #include "rocm_emu/hsa_emu.h"
@@ -59,13 +59,15 @@ protected:
         ASSERT_EQ(hipSuccess, hipMemSetAccess(m_base, count * handle,
                                               &access, 1));
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, 64));
-        ASSERT_EQ(UCS_OK, span_rocm_copy_create(&m_copy));
+        ASSERT_EQ(UCS_OK, span_vmm_copy_create(
+                                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                  &m_copy));
     }
 
     void TearDown() override
     {
         if (m_copy != nullptr) {
-            span_rocm_copy_destroy(m_copy);
+            span_vmm_copy_destroy(m_copy);
         }
         span_vmm_cache_purge();
         if (m_md != nullptr) {
@@ -104,11 +106,11 @@ protected:
         if (!span_rkey_check(rkey, addr, length)) {
             return UCS_ERR_INVALID_ADDR;
         }
-        status = span_rocm_copy_post(m_copy, rkey->vmm, is_put, &iov, 1,
-                                     (uint8_t*)rkey->vmm->base +
-                                     (addr - rkey->geom.base), &c.comp);
+        status = span_vmm_copy_post(m_copy, rkey->vmm, is_put, &iov, 1,
+                                    (uint8_t*)rkey->vmm->base +
+                                    (addr - rkey->geom.base), &c.comp);
         while ((status == UCS_INPROGRESS) && !c.done) {
-            span_rocm_copy_progress(m_copy);
+            span_vmm_copy_progress(m_copy);
         }
         return (status == UCS_INPROGRESS) ? c.comp.status : status;
     }
@@ -116,7 +118,7 @@ protected:
     char                            *m_base = nullptr;
     hipMemGenericAllocationHandle_t m_handles[count] = {};
     uint8_t                         *m_local = nullptr;
-    span_rocm_copy_t                *m_copy  = nullptr;
+    span_vmm_copy_t                 *m_copy  = nullptr;
     test_rocm_md_t                  *m_md    = nullptr;
 };
 

@@ -8,6 +8,7 @@
  * checked in the exporter. A withdrawn export is never imported again.
  */
 #include "test_deadline.h"
+#include "test_log.h"
 #include "test_rocm_child.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +17,7 @@
 
 extern "C" {
 #include "resolvers/span_vmm_cache.h"
-#include "resolvers/span_rocm_copy.h"
+#include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_rocm_vmm.h"
 #include "rocm_emu/hsa_emu.h"
 }
@@ -70,13 +71,15 @@ protected:
                                                m_base, unit, 0, 0));
         ASSERT_EQ(units, m_geom.num_chunks);
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, units * unit));
-        ASSERT_EQ(UCS_OK, span_rocm_copy_create(&m_copy));
+        ASSERT_EQ(UCS_OK, span_vmm_copy_create(
+                                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                  &m_copy));
     }
 
     void TearDown() override
     {
         if (m_copy != nullptr) {
-            span_rocm_copy_destroy(m_copy);
+            span_vmm_copy_destroy(m_copy);
         }
         if (m_local != nullptr) {
             EXPECT_EQ(hipSuccess, hipFree(m_local));
@@ -113,13 +116,13 @@ protected:
         deadline guard(30, "a ROCm VMM copy");
         ucs_status_t status;
 
-        status = span_rocm_copy_post(m_copy, map, is_put, &iov, 1,
-                                     (uint8_t*)map->base + offset, &c.comp);
+        status = span_vmm_copy_post(m_copy, map, is_put, &iov, 1,
+                                    (uint8_t*)map->base + offset, &c.comp);
         if (status != UCS_INPROGRESS) {
             return status;
         }
         while (!c.done) {
-            span_rocm_copy_progress(m_copy);
+            span_vmm_copy_progress(m_copy);
         }
         return c.comp.status;
     }
@@ -129,7 +132,7 @@ protected:
     uint64_t                         m_base  = 0;
     span_chunk_geom_t                m_geom;
     uint8_t                          *m_local = nullptr;
-    span_rocm_copy_t                 *m_copy  = nullptr;
+    span_vmm_copy_t                  *m_copy  = nullptr;
 };
 
 TEST_F(rocm_vmm, units_of_a_peer_move_through_span_copies)
@@ -172,26 +175,27 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
     ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 100000));
     ASSERT_EQ(UCS_INPROGRESS,
-              span_rocm_copy_post(m_copy, map, 0, &iov, 1,
-                                  (uint8_t*)map->base + unit - 100, &op.comp));
-    EXPECT_TRUE(span_rocm_copy_busy(m_copy));
-    EXPECT_EQ(UCS_INPROGRESS, span_rocm_copy_flush(m_copy, nullptr));
-    ASSERT_EQ(UCS_INPROGRESS, span_rocm_copy_flush(m_copy, &flush.comp));
-    EXPECT_EQ(0u, span_rocm_copy_progress(m_copy)) << "completed too early";
+              span_vmm_copy_post(m_copy, map, 0, &iov, 1,
+                                 (uint8_t*)map->base + unit - 100, &op.comp));
+    EXPECT_TRUE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, nullptr));
+    ASSERT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, &flush.comp));
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy)) << "completed too early";
     EXPECT_FALSE(op.done);
     while (!flush.done) {
-        span_rocm_copy_progress(m_copy);
+        span_vmm_copy_progress(m_copy);
     }
     EXPECT_TRUE(op.done);
     EXPECT_TRUE(flush.done);
-    EXPECT_FALSE(span_rocm_copy_busy(m_copy));
-    EXPECT_EQ(UCS_OK, span_rocm_copy_flush(m_copy, nullptr));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(UCS_OK, span_vmm_copy_flush(m_copy, nullptr));
     span_vmm_cache_put(map);
 }
 
 /* A get whose second element copy is refused while the first runs (200 ms
- * on the emulator): the op reports its error only once the first copy
- * finished, and the destination never changes after that */
+ * on the emulator): the refusal is logged by the runtime call and the
+ * runtime's words for its error, the op reports its error only once the
+ * first copy finished, and the destination never changes after that */
 TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
 {
     uct_iov_t iov[2] = {{m_local, unit, nullptr, 0, 1},
@@ -207,11 +211,20 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
                                     hipMemcpyDefault));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 200000));
     ASSERT_EQ(0, hsa_emu_fail("hsa_amd_memory_async_copy@2"));
-    status = span_rocm_copy_post(m_copy, map, 0, iov, 2,
-                                 (uint8_t*)map->base, &op.comp);
+    {
+        log_counter log;
+        status = span_vmm_copy_post(m_copy, map, 0, iov, 2,
+                                    (uint8_t*)map->base, &op.comp);
+        EXPECT_EQ(1u, log_counter::count(
+                              "span rocm: hsa_amd_memory_async_copy("));
+        EXPECT_EQ(1u, log_counter::count(
+                              ") failed: HSA_STATUS_ERROR_OUT_OF_RESOURCES: "));
+        EXPECT_EQ(1u, log_counter::count("span rocm copy: get of 262144 "
+                                         "bytes"));
+    }
     if (status == UCS_INPROGRESS) {
         while (!op.done) {
-            span_rocm_copy_progress(m_copy);
+            span_vmm_copy_progress(m_copy);
         }
         status = op.comp.status;
     }
@@ -223,8 +236,8 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
     memcpy(seen.data(), m_local, seen.size());
     EXPECT_EQ(0, memcmp(zero.data(), seen.data(), seen.size()))
             << "the buffer of a get reported failed changed afterwards";
-    while (span_rocm_copy_busy(m_copy)) {
-        span_rocm_copy_progress(m_copy);
+    while (span_vmm_copy_busy(m_copy)) {
+        span_vmm_copy_progress(m_copy);
     }
     span_vmm_cache_put(map);
 }
@@ -270,6 +283,28 @@ TEST_F(rocm_vmm, a_host_pinned_buffer_moves_through_its_device_pointer)
     span_vmm_cache_put(map);
 }
 
+/* An engine is made only where its runtime is: refused, and logged by the
+ * runtime's call and words, where hsa_init fails; refused for memory of
+ * no vendor span was built with */
+TEST(rocm_vmm_copy, no_engine_without_its_runtime)
+{
+    span_vmm_copy_t *copy = nullptr;
+    log_counter log;
+
+    /* the emulator takes HSA_EMU_FAIL at its start: started first */
+    ASSERT_EQ(hipSuccess, hipSetDevice(0));
+    ASSERT_EQ(0, hsa_emu_fail("hsa_init"));
+    EXPECT_EQ(UCS_ERR_NO_DEVICE,
+              span_vmm_copy_create(span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                   &copy));
+    EXPECT_EQ(1u, log_counter::count("span rocm: hsa_init() failed: "
+                                     "HSA_STATUS_ERROR_OUT_OF_RESOURCES: "));
+    ASSERT_EQ(0, hsa_emu_fail(nullptr));
+    EXPECT_EQ(nullptr, span_vmm_copy_vendor(UCS_MEMORY_TYPE_HOST));
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_vmm_copy_create(nullptr, &copy));
+    EXPECT_EQ(nullptr, copy);
+}
+
 TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 {
     std::vector<uint8_t> host(4096);
@@ -278,9 +313,9 @@ TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 
     ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_rocm_copy_post(m_copy, map, 0, &iov, 1,
-                                  (uint8_t*)map->base, nullptr));
-    EXPECT_FALSE(span_rocm_copy_busy(m_copy));
+              span_vmm_copy_post(m_copy, map, 0, &iov, 1,
+                                 (uint8_t*)map->base, nullptr));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
     span_vmm_cache_put(map);
 }
 

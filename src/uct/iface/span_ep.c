@@ -246,24 +246,6 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
     return ucs_unlikely(ctx.status != UCS_OK) ? ctx.status : ret;
 }
 
-/* The same through ROCm's copy engine (span_rocm_copy.h) */
-static ucs_status_t
-span_ep_rocm_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
-                       size_t iovcnt, uint8_t *remote, const span_rkey_t *rkey,
-                       uct_completion_t *comp)
-{
-    ucs_status_t status;
-
-    if (siface->rocm_copy == NULL) {
-        status = span_rocm_copy_create(&siface->rocm_copy);
-        if (status != UCS_OK) {
-            return status;
-        }
-    }
-    return span_rocm_copy_post(siface->rocm_copy, rkey->vmm, is_put, iov,
-                               iovcnt, remote, comp);
-}
-
 /* Units span exported itself are mapped contiguously here: device copies,
  * completed from the iface's progress. An entry of count 0 moves nothing,
  * as in UCX's transports: the remote range was checked for length x count
@@ -277,18 +259,14 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
                                              (remote_addr - rkey->geom.base));
     ucs_status_t status;
 
-    if (rkey->vmm->rocm) {
-        return span_ep_rocm_vmm_zcopy(siface, is_put, iov, iovcnt, remote,
-                                      rkey, comp);
-    }
     if (siface->copy == NULL) {
-        status = span_cuda_copy_create(&siface->copy);
+        status = span_vmm_copy_create(siface->copy_ops, &siface->copy);
         if (status != UCS_OK) {
             return status;
         }
     }
-    return span_cuda_copy_post(siface->copy, rkey->vmm, is_put, iov, iovcnt,
-                               remote, comp);
+    return span_vmm_copy_post(siface->copy, rkey->vmm, is_put, iov, iovcnt,
+                              remote, comp);
 }
 
 /* put or get zcopy through span: device copies where the rkey maps VMM
@@ -501,21 +479,15 @@ int span_ep_deferred(span_iface_t *siface, uct_ep_h ep)
     return span_split_queue_busy(&siface->queue, ep);
 }
 
-/* Whether the iface's VMM copy engine (CUDA's or ROCm's: a twin has one
- * kind of device memory) has copies queued */
+/* Whether the iface's VMM copy engine has copies queued */
 static int span_ep_copy_busy(const span_iface_t *siface)
 {
-    return ((siface->copy != NULL) && span_cuda_copy_busy(siface->copy)) ||
-           ((siface->rocm_copy != NULL) &&
-            span_rocm_copy_busy(siface->rocm_copy));
+    return (siface->copy != NULL) && span_vmm_copy_busy(siface->copy);
 }
 
 ucs_status_t span_ep_copy_flush(span_iface_t *siface, uct_completion_t *comp)
 {
-    if (siface->rocm_copy != NULL) {
-        return span_rocm_copy_flush(siface->rocm_copy, comp);
-    }
-    return (siface->copy != NULL) ? span_cuda_copy_flush(siface->copy, comp) :
+    return (siface->copy != NULL) ? span_vmm_copy_flush(siface->copy, comp) :
                                     UCS_OK;
 }
 

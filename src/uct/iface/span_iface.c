@@ -33,17 +33,14 @@ static ucs_status_t span_iface_flush(uct_iface_h iface, unsigned flags,
     return status;
 }
 
-/* cuda twins only: VMM copies complete here */
+/* twins of device memory only: VMM copies complete here */
 static unsigned span_iface_progress(uct_iface_h iface)
 {
     span_iface_t *siface = span_iface_get(iface);
     unsigned count       = siface->ops.iface_progress(iface);
 
     if (siface->copy != NULL) {
-        count += span_cuda_copy_progress(siface->copy);
-    }
-    if (siface->rocm_copy != NULL) {
-        count += span_rocm_copy_progress(siface->rocm_copy);
+        count += span_vmm_copy_progress(siface->copy);
     }
     return count;
 }
@@ -163,10 +160,7 @@ static void span_iface_close(uct_iface_h iface)
 
     span_split_queue_cancel(&siface->queue, NULL);
     if (siface->copy != NULL) {
-        span_cuda_copy_destroy(siface->copy);
-    }
-    if (siface->rocm_copy != NULL) {
-        span_rocm_copy_destroy(siface->rocm_copy);
+        span_vmm_copy_destroy(siface->copy);
     }
     ((span_ucx_base_iface_t*)iface)->internal_ops = siface->inner_internal_ops;
     free(siface);
@@ -212,7 +206,8 @@ static void span_iface_patch(uct_iface_ops_t *ops, const span_md_t *smd)
     SPAN_IFACE_PATCH(ops, iface_flush, span_iface_flush)
     SPAN_IFACE_PATCH(ops, iface_query, span_iface_query)
     SPAN_IFACE_PATCH(ops, iface_close, span_iface_close)
-    /* cuda twins only: VMM copies complete from the iface's progress */
+    /* twins of device memory only: VMM copies complete from the iface's
+     * progress */
     if (smd->cuda != NULL) {
         SPAN_IFACE_PATCH(ops, iface_progress, span_iface_progress)
     }
@@ -240,8 +235,8 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
     siface->get_max_zcopy = span_iface_get_max_zcopy(inner_tl, &attr);
+    siface->copy_ops    = span_vmm_copy_vendor(smd->dev_mem_type);
     siface->copy        = NULL;
-    siface->rocm_copy   = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_table_insert(iface, siface);
     if (status != UCS_OK) {

@@ -7,8 +7,7 @@
 #define SPAN_IFACE_TABLE_H_
 
 #include "span_split.h"
-#include "resolvers/span_cuda_copy.h"
-#include "resolvers/span_rocm_copy.h"
+#include "resolvers/span_vmm_copy.h"
 
 /* Slots of the table of twin ifaces; a power of 2 */
 #define SPAN_IFACE_TABLE_SIZE 2048
@@ -29,8 +28,9 @@ typedef struct span_iface {
     size_t             get_max_zcopy; /* what the twin offers where the
                                          inner offers none; 0: as inner */
     span_split_queue_t queue;
-    span_cuda_copy_t   *copy;     /* VMM copies: made on the first one */
-    span_rocm_copy_t   *rocm_copy; /* the same, of ROCm units */
+    /* the vendor of the twin's device memory, NULL where none was built */
+    const span_vmm_copy_ops_t *copy_ops;
+    span_vmm_copy_t    *copy;     /* VMM copies: made on the first one */
 } span_iface_t;
 
 /* A slot of the table: span_iface_table.c says how they are used */

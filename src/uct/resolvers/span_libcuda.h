@@ -6,14 +6,18 @@
 #ifndef SPAN_LIBCUDA_H_
 #define SPAN_LIBCUDA_H_
 
+#include "base/span_call.h"
+
 #include <cuda.h>
+#include <stdio.h>
 
 /* Who needs a driver call: a call missing from libcuda turns off only them */
 #define SPAN_LIBCUDA_RESOLVER 1u
 #define SPAN_LIBCUDA_VMM      2u
 
 /* Member (cuda.h maps some API names to versioned ones with macros, which
- * the member names follow), the symbol of that version, its users */
+ * the member names follow), the symbol of that version, its users (0:
+ * only log lines use the call, SPAN_LIBCUDA_CALL, and do without it) */
 #define SPAN_LIBCUDA_CALLS(_call) \
     _call(cuMemGetAddressRange, "cuMemGetAddressRange_v2", \
           SPAN_LIBCUDA_RESOLVER) \
@@ -51,7 +55,9 @@
     _call(cuEventDestroy, "cuEventDestroy_v2", SPAN_LIBCUDA_VMM) \
     _call(cuEventRecord, "cuEventRecord", SPAN_LIBCUDA_VMM) \
     _call(cuEventQuery, "cuEventQuery", SPAN_LIBCUDA_VMM) \
-    _call(cuEventSynchronize, "cuEventSynchronize", SPAN_LIBCUDA_VMM)
+    _call(cuEventSynchronize, "cuEventSynchronize", SPAN_LIBCUDA_VMM) \
+    _call(cuGetErrorName, "cuGetErrorName", 0) \
+    _call(cuGetErrorString, "cuGetErrorString", 0)
 
 #define SPAN_LIBCUDA_MEMBER(_name, _symbol, _users) typeof(_name) *_name;
 
@@ -71,5 +77,39 @@ int span_libcuda_load(unsigned users);
  * the application made), retaining it until span_libcuda_primary_pop */
 CUresult span_libcuda_primary_push(int device);
 void span_libcuda_primary_pop(int device);
+
+/* The driver's name and description of res ("CUDA_ERROR_INVALID_VALUE:
+ * invalid argument"), or its number where libcuda has no word for it, in
+ * buf of size bytes */
+static inline const char *span_libcuda_error(CUresult res, char *buf,
+                                             size_t size)
+{
+    const char *name = NULL, *string = NULL;
+
+    if ((span_libcuda.cuGetErrorName == NULL) ||
+        (span_libcuda.cuGetErrorName(res, &name) != CUDA_SUCCESS) ||
+        (name == NULL)) {
+        snprintf(buf, size, "CUresult %d", (int)res);
+        return buf;
+    }
+    if (span_libcuda.cuGetErrorString != NULL) {
+        span_libcuda.cuGetErrorString(res, &string);
+    }
+    snprintf(buf, size, "%s: %s", name,
+             (string != NULL) ? string : "no description");
+    return buf;
+}
+
+/* CUDA_ERROR_NOT_READY is the answer of a query, not a failure */
+#define SPAN_LIBCUDA_FAILED(_res) \
+    (((_res) != CUDA_SUCCESS) && ((_res) != CUDA_ERROR_NOT_READY))
+
+/* Calls span_libcuda._func(...) and evaluates to its CUresult; a failure
+ * is logged with the call and the driver's words (span_call.h):
+ *   span cuda: cuMemcpyAsync(dst, src, length, stream) failed:
+ *   CUDA_ERROR_INVALID_VALUE: invalid argument */
+#define SPAN_LIBCUDA_CALL(_func, ...) \
+    SPAN_CALL("cuda", span_libcuda, CUresult, SPAN_LIBCUDA_FAILED, \
+              span_libcuda_error, _func, #__VA_ARGS__, __VA_ARGS__)
 
 #endif

@@ -12,16 +12,20 @@
 #ifndef SPAN_LIBROCM_H_
 #define SPAN_LIBROCM_H_
 
+#include "base/span_call.h"
+
 #include <hip/hip_runtime_api.h>
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
+#include <stdio.h>
 
 /* Who needs a call: a call missing from the runtime turns off only them */
 #define SPAN_LIBROCM_RESOLVER 1u
 #define SPAN_LIBROCM_VMM      2u
 #define SPAN_LIBROCM_COPY     4u
 
-/* Member, library (HIP or HSA), users */
+/* Member, library (HIP or HSA), users (0: only log lines use the call,
+ * SPAN_LIBROCM_HSA_CALL, and do without it) */
 #define SPAN_LIBROCM_CALLS(_call) \
     _call(hipMemGetAddressRange, HIP, SPAN_LIBROCM_RESOLVER) \
     _call(hipPointerGetAttribute, HIP, \
@@ -49,7 +53,8 @@
     _call(hsa_signal_load_scacquire, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_store_screlease, HSA, SPAN_LIBROCM_COPY) \
     _call(hsa_signal_subtract_screlease, HSA, SPAN_LIBROCM_COPY) \
-    _call(hsa_signal_wait_scacquire, HSA, SPAN_LIBROCM_COPY)
+    _call(hsa_signal_wait_scacquire, HSA, SPAN_LIBROCM_COPY) \
+    _call(hsa_status_string, HSA, 0)
 
 #define SPAN_LIBROCM_MEMBER(_name, _lib, _users) typeof(_name) *_name;
 
@@ -64,5 +69,34 @@ extern span_librocm_t span_librocm;
  * loaded already, if any); whether they have every call of users
  * (SPAN_LIBROCM_*) */
 int span_librocm_load(unsigned users);
+
+/* The runtime's name and description of status ("HSA_STATUS_ERROR_...:
+ * ..."), or its number where the runtime has no word for it, in buf of
+ * size bytes */
+static inline const char *span_librocm_hsa_error(hsa_status_t status,
+                                                 char *buf, size_t size)
+{
+    const char *string = NULL;
+
+    if ((span_librocm.hsa_status_string == NULL) ||
+        (span_librocm.hsa_status_string(status, &string) !=
+         HSA_STATUS_SUCCESS) ||
+        (string == NULL)) {
+        snprintf(buf, size, "hsa_status_t 0x%x", (unsigned)status);
+        return buf;
+    }
+    return string;
+}
+
+#define SPAN_LIBROCM_HSA_FAILED(_status) ((_status) != HSA_STATUS_SUCCESS)
+
+/* Calls span_librocm._func(...), an HSA call, and evaluates to its
+ * hsa_status_t; a failure is logged with the call and the runtime's words
+ * (span_call.h):
+ *   span rocm: hsa_signal_create(0, 0, NULL, &hsa) failed:
+ *   HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate ... */
+#define SPAN_LIBROCM_HSA_CALL(_func, ...) \
+    SPAN_CALL("rocm", span_librocm, hsa_status_t, SPAN_LIBROCM_HSA_FAILED, \
+              span_librocm_hsa_error, _func, #__VA_ARGS__, __VA_ARGS__)
 
 #endif

@@ -1,0 +1,28 @@
+/*
+ * A call of a runtime span loads (libcuda, HSA) whose failure is logged
+ * with the call as written and the runtime's words for the error, as UCX's
+ * UCT_CUDADRV_FUNC_LOG_ERR logs one. Each loader defines its macro on this
+ * one (SPAN_LIBCUDA_CALL, SPAN_LIBROCM_HSA_CALL).
+ */
+#ifndef SPAN_CALL_H_
+#define SPAN_CALL_H_
+
+#include <ucs/debug/log_def.h>
+
+/* Calls _lib._func(...), where _args is the text of the arguments, and
+ * evaluates to what it returns, of _type; where _failed(result) holds,
+ * logs "span <_name>: <_func>(<_args>) failed: <words>", the words
+ * written by _error(result, buf, size) */
+#define SPAN_CALL(_name, _lib, _type, _failed, _error, _func, _args, ...) \
+    ({ \
+        _type _span_result = (_lib)._func(__VA_ARGS__); \
+        char _span_words[128]; \
+        if (_failed(_span_result)) { \
+            ucs_error("span %s: %s(%s) failed: %s", _name, #_func, _args, \
+                      _error(_span_result, _span_words, \
+                             sizeof(_span_words))); \
+        } \
+        _span_result; \
+    })
+
+#endif

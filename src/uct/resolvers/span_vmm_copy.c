@@ -1,0 +1,323 @@
+/*
+ * The VMM copy engine (span_vmm_copy.h), of every vendor.
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_vmm_copy.h"
+#include "span_cuda_copy.h"
+#include "span_rocm_copy.h"
+#include "base/span_completion.h"
+
+#include <ucs/datastruct/list.h>
+#include <ucs/debug/log_def.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+/* The copies of one op, ended by one signal of its device's pool */
+typedef struct span_vmm_copy_desc {
+    ucs_list_link_t        list;
+    span_vmm_copy_signal_t signal;
+    int                    device;
+    uint64_t               seq;
+    uct_completion_t       *comp;
+    ucs_status_t           status; /* reported once its copies ran */
+} span_vmm_copy_desc_t;
+
+/* A flush that waits for the ops queued before it */
+typedef struct span_vmm_copy_flush {
+    ucs_list_link_t  list;
+    uint64_t         seq;
+    uct_completion_t *comp;
+} span_vmm_copy_flush_t;
+
+struct span_vmm_copy {
+    const span_vmm_copy_ops_t *ops;
+    ucs_list_link_t           active;  /* in the order queued */
+    ucs_list_link_t           flushes; /* in the order of their seq */
+    uint64_t                  posted;  /* seq of the last op queued */
+    uint64_t                  done;    /* seq of the last op completed */
+    /* per device: descriptors whose signals are idle (a CUDA event
+     * belongs to its device's context) */
+    ucs_list_link_t           pool[SPAN_VMM_COPY_MAX_DEVICES];
+    uint64_t                  vendor[]; /* ops->vendor_size bytes */
+};
+
+/* The vendors configure built (Makefile.am): the engine knows no other */
+static const span_vmm_copy_ops_t *const span_vmm_copy_vendors[] = {
+#if HAVE_CUDA
+    &span_cuda_copy_ops,
+#endif
+#if HAVE_ROCM
+    &span_rocm_copy_ops,
+#endif
+    NULL
+};
+
+const span_vmm_copy_ops_t *span_vmm_copy_vendor(ucs_memory_type_t mem_type)
+{
+    const span_vmm_copy_ops_t *const *ops;
+
+    for (ops = span_vmm_copy_vendors; *ops != NULL; ++ops) {
+        if ((*ops)->mem_type == mem_type) {
+            return *ops;
+        }
+    }
+    return NULL;
+}
+
+ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
+                                  span_vmm_copy_t **copy_p)
+{
+    size_t size = sizeof(span_vmm_copy_t);
+    span_vmm_copy_t *copy;
+    ucs_status_t status;
+    int i;
+
+    if (ops == NULL) {
+        ucs_error("span vmm copy: span was built without the runtime that "
+                  "copies this device memory");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    size += ops->vendor_size;
+    copy  = calloc(1, size);
+    if (copy == NULL) {
+        ucs_error("span %s copy: no memory for a copy engine (%zu bytes)",
+                  ops->name, size);
+        return UCS_ERR_NO_MEMORY;
+    }
+    status = ops->init(copy->vendor);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+    copy->ops = ops;
+    ucs_list_head_init(&copy->active);
+    ucs_list_head_init(&copy->flushes);
+    for (i = 0; i < SPAN_VMM_COPY_MAX_DEVICES; ++i) {
+        ucs_list_head_init(&copy->pool[i]);
+    }
+    *copy_p = copy;
+    return UCS_OK;
+
+err_free:
+    free(copy);
+    return status;
+}
+
+static span_vmm_copy_desc_t *span_vmm_copy_desc_get(span_vmm_copy_t *copy,
+                                                    int device)
+{
+    span_vmm_copy_desc_t *desc;
+
+    if (!ucs_list_is_empty(&copy->pool[device])) {
+        return ucs_list_extract_head(&copy->pool[device],
+                                     span_vmm_copy_desc_t, list);
+    }
+    desc = malloc(sizeof(*desc));
+    if (desc == NULL) {
+        ucs_error("span %s copy: no memory for a signal descriptor",
+                  copy->ops->name);
+        return NULL;
+    }
+    if (copy->ops->signal_create(copy->vendor, device, &desc->signal) !=
+        UCS_OK) {
+        free(desc);
+        return NULL;
+    }
+    desc->device = device;
+    return desc;
+}
+
+/* The element copies of iov: elements of no bytes have none */
+static size_t span_vmm_copy_count(const uct_iov_t *iov, size_t iovcnt)
+{
+    size_t i, copies = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        copies += (iov[i].length > 0) ? iov[i].count : 0;
+    }
+    return copies;
+}
+
+/* Queues the element copies of op, begun; *queued_p tells how many the
+ * device took (where one is refused, those before it still run) */
+static ucs_status_t span_vmm_copy_issue(span_vmm_copy_t *copy,
+                                        const span_vmm_copy_op_t *op,
+                                        const uct_iov_t *iov, size_t iovcnt,
+                                        uint8_t *remote, size_t copies,
+                                        size_t *queued_p)
+{
+    ucs_status_t status = UCS_OK;
+    size_t i, j, queued = 0;
+    uint8_t *local      = NULL;
+
+    for (i = 0; (i < iovcnt) && (status == UCS_OK); ++i) {
+        if (iov[i].length == 0) {
+            continue;
+        }
+        for (j = 0; (j < iov[i].count) && (status == UCS_OK); ++j) {
+            local   = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
+            status  = copy->ops->copy(copy->vendor, op, local, remote,
+                                      iov[i].length);
+            queued += (status == UCS_OK);
+            remote += iov[i].length;
+        }
+    }
+    *queued_p = queued;
+    if (status != UCS_OK) {
+        ucs_error("span %s copy: %s of %zu bytes at %p failed (%zu of its "
+                  "op's %zu copies queued)", copy->ops->name,
+                  op->is_put ? "put" : "get", iov[i - 1].length, local,
+                  queued, copies);
+    }
+    return status;
+}
+
+ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
+                                int is_put, const uct_iov_t *iov,
+                                size_t iovcnt, uint8_t *remote,
+                                uct_completion_t *comp)
+{
+    const span_vmm_copy_ops_t *ops = copy->ops;
+    size_t copies                  = span_vmm_copy_count(iov, iovcnt);
+    span_vmm_copy_op_t op          = {.is_put = is_put};
+    span_vmm_copy_desc_t *desc;
+    ucs_status_t status;
+    size_t queued;
+
+    if (copies == 0) {
+        return UCS_OK;
+    }
+    status = ops->route(copy->vendor, map, iov[0].buffer, remote, &op);
+    if (status != UCS_OK) {
+        return status;
+    }
+    desc = span_vmm_copy_desc_get(copy, op.device);
+    if (desc == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    op.signal = desc->signal;
+    ops->begin(copy->vendor, &op, copies);
+    status = span_vmm_copy_issue(copy, &op, iov, iovcnt, remote, copies,
+                                 &queued);
+    if (ops->end(copy->vendor, &op, copies, queued) != UCS_OK) {
+        queued = 0; /* they ran: the vendor waited for them */
+        status = UCS_ERR_IO_ERROR;
+    }
+    if (queued == 0) {
+        ucs_list_add_tail(&copy->pool[op.device], &desc->list);
+        return status;
+    }
+    /* an op that failed still owns its buffers while the copies it queued
+     * run: its error is reported once they have, never before */
+    desc->status = status;
+    desc->comp   = comp;
+    desc->seq    = ++copy->posted;
+    ucs_list_add_tail(&copy->active, &desc->list);
+    if ((status != UCS_OK) && (comp == NULL)) {
+        /* nothing to report it through later: wait here */
+        ops->wait(copy->vendor, &desc->signal);
+        return status;
+    }
+    return UCS_INPROGRESS;
+}
+
+unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
+{
+    span_vmm_copy_desc_t *desc;
+    span_vmm_copy_flush_t *flush;
+    ucs_status_t status;
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&copy->active)) {
+        desc   = ucs_list_head(&copy->active, span_vmm_copy_desc_t, list);
+        status = copy->ops->query(copy->vendor, &desc->signal);
+        if (status == UCS_INPROGRESS) {
+            break;
+        }
+        if (status == UCS_OK) {
+            status = desc->status;
+        } else {
+            ucs_error("span %s copy: the copies of op %" PRIu64 " on device "
+                      "%d failed", copy->ops->name, desc->seq, desc->device);
+        }
+        ucs_list_del(&desc->list);
+        copy->done = desc->seq;
+        ucs_list_add_tail(&copy->pool[desc->device], &desc->list);
+        if (desc->comp != NULL) {
+            span_completion_invoke(desc->comp, status);
+        }
+        ++count;
+    }
+    while (!ucs_list_is_empty(&copy->flushes)) {
+        flush = ucs_list_head(&copy->flushes, span_vmm_copy_flush_t, list);
+        if (flush->seq > copy->done) {
+            break;
+        }
+        ucs_list_del(&flush->list);
+        span_completion_invoke(flush->comp, UCS_OK);
+        free(flush);
+    }
+    return count;
+}
+
+int span_vmm_copy_busy(const span_vmm_copy_t *copy)
+{
+    return copy->posted != copy->done;
+}
+
+/* Waits for the device to finish every queued copy and completes the ops */
+static void span_vmm_copy_drain(span_vmm_copy_t *copy)
+{
+    span_vmm_copy_desc_t *desc;
+
+    ucs_list_for_each(desc, &copy->active, list) {
+        copy->ops->wait(copy->vendor, &desc->signal);
+    }
+    span_vmm_copy_progress(copy);
+}
+
+ucs_status_t span_vmm_copy_flush(span_vmm_copy_t *copy,
+                                 uct_completion_t *comp)
+{
+    span_vmm_copy_flush_t *flush;
+
+    if (!span_vmm_copy_busy(copy)) {
+        return UCS_OK;
+    }
+    if (comp == NULL) {
+        return UCS_INPROGRESS;
+    }
+    flush = malloc(sizeof(*flush));
+    if (flush == NULL) {
+        /* a flush cannot fail half-way through: wait here instead */
+        ucs_warn("span %s copy: no memory to track a flush; waiting for "
+                 "%" PRIu64 " ops", copy->ops->name,
+                 copy->posted - copy->done);
+        span_vmm_copy_drain(copy);
+        return UCS_OK;
+    }
+    flush->seq  = copy->posted;
+    flush->comp = comp;
+    ucs_list_add_tail(&copy->flushes, &flush->list);
+    return UCS_INPROGRESS;
+}
+
+void span_vmm_copy_destroy(span_vmm_copy_t *copy)
+{
+    span_vmm_copy_desc_t *desc;
+    int i;
+
+    span_vmm_copy_drain(copy);
+    for (i = 0; i < SPAN_VMM_COPY_MAX_DEVICES; ++i) {
+        while (!ucs_list_is_empty(&copy->pool[i])) {
+            desc = ucs_list_extract_head(&copy->pool[i],
+                                         span_vmm_copy_desc_t, list);
+            copy->ops->signal_destroy(copy->vendor, &desc->signal);
+            free(desc);
+        }
+    }
+    copy->ops->cleanup(copy->vendor);
+    free(copy);
+}

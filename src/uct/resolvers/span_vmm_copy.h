@@ -1,0 +1,59 @@
+/*
+ * Asynchronous device copies through the VMM units span maps itself
+ * (span_vmm.h), one engine per twin iface, as cuda_ipc and rocm_ipc do
+ * their own: an op's copies are queued by the device of the local buffer
+ * (or, for host memory, of the mapping), one signal of the vendor (a CUDA
+ * event, an HSA signal) marks their end, the op returns UCS_INPROGRESS and
+ * the iface's progress completes it. A flush completes behind the last op.
+ * Nothing here waits for the application's work, and progress never
+ * blocks. The vendor's calls are a table (span_vmm_copy_ops.h), one per
+ * runtime span was built with.
+ *
+ * Not thread safe: the engine belongs to one iface, which UCT serializes.
+ */
+#ifndef SPAN_VMM_COPY_H_
+#define SPAN_VMM_COPY_H_
+
+#include "span_vmm_copy_ops.h"
+
+#include <uct/api/uct.h>
+
+typedef struct span_vmm_copy span_vmm_copy_t;
+
+/* The vendor that copies mem_type memory, or NULL where span was built
+ * without its runtime (or mem_type is no device memory) */
+const span_vmm_copy_ops_t *span_vmm_copy_vendor(ucs_memory_type_t mem_type);
+
+/* An engine of ops (the vendor's; NULL: UCS_ERR_UNSUPPORTED), with no
+ * signal yet: they are made per device on first use */
+ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
+                                  span_vmm_copy_t **copy_p);
+
+/* Waits for the copies still queued (the device finishes them), completes
+ * their ops and pending flushes, and frees the vendor's resources */
+void span_vmm_copy_destroy(span_vmm_copy_t *copy);
+
+/* Queues the copies of every iov element to or from remote, an address in
+ * map (contiguous, element after element); UCS_INPROGRESS, comp (may be
+ * NULL) completed from span_vmm_copy_progress. UCS_OK where nothing moves;
+ * an error where nothing was queued. Where a copy is refused (logged) after
+ * others were queued, the op still owns its buffers until they ran: comp
+ * completes then with the error, or without comp the post waits for them
+ * and returns it */
+ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
+                                int is_put, const uct_iov_t *iov,
+                                size_t iovcnt, uint8_t *remote,
+                                uct_completion_t *comp);
+
+/* Completes the ops whose copies ran, in order; their count */
+unsigned span_vmm_copy_progress(span_vmm_copy_t *copy);
+
+/* Whether copies are queued */
+int span_vmm_copy_busy(const span_vmm_copy_t *copy);
+
+/* UCS_OK where no copy is queued; else UCS_INPROGRESS, and comp (where not
+ * NULL) is completed once every op queued before this call completed */
+ucs_status_t span_vmm_copy_flush(span_vmm_copy_t *copy,
+                                 uct_completion_t *comp);
+
+#endif

@@ -716,12 +716,14 @@ TEST_F(SPAN_GPU_MD, a_key_of_a_withdrawn_export_is_refused)
  * still holds it */
 TEST_F(SPAN_GPU_MD, an_unmapped_unit_is_withdrawn_while_registered)
 {
-    span_gpu_buf_t a;
-    /* a table made beforehand: counts below are the exports' */
-    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_unit, 1, NULL, &a));
-    dereg(reg(a.ptr, m_unit));
-    span_gpu_free(&a);
+    span_gpu_buf_t a, held;
+    /* the export table made beforehand, and held open by an export of
+     * other memory (the last withdrawal closes it): counts below are the
+     * exports' */
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, m_unit, 1, NULL, &held));
+    uct_mem_h mheld = reg(held.ptr, m_unit);
 
+    int before = test_open_fds();
     ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_VMM, 2 * m_unit, 2, NULL, &a));
     int allocated            = test_open_fds(); /* the emulator's handles
                                                     are descriptors too */
@@ -729,13 +731,17 @@ TEST_F(SPAN_GPU_MD, an_unmapped_unit_is_withdrawn_while_registered)
     std::vector<uint8_t> key = pack(ma, a.ptr, 2 * m_unit);
     int exported             = test_open_fds() - allocated;
     span_gpu_free(&a); /* cuMemUnmap, hipMemUnmap: a memory event */
-    int open_after           = test_open_fds() - allocated;
+    int open_after           = test_open_fds() - before;
     printf("%s md| unmap | exports: %d, still open at the unmap: %d |\n",
-           vendor.label, exported, (open_after > 0) ? open_after : 0);
+           vendor.label, exported, open_after);
     EXPECT_EQ(2, exported);
-    EXPECT_LE(open_after, 0) << "an export outlived the unmap";
+    /* and the held export and its table are still open */
+    EXPECT_EQ(0, open_after) << "an export outlived the unmap, or went "
+                                "with other memory's";
     EXPECT_NE(UCS_OK, unpack(key));
     dereg(ma);
+    dereg(mheld);
+    span_gpu_free(&held);
 }
 
 /* Whether the component lists the MD among its resources (rocm_ipc lists

@@ -2,7 +2,7 @@
 # The ROCm leg: UCX's own rocm modules, built from UCX's tag by
 # a UCX 1.22 installation with its ROCm modules at $SPAN_UCX_ROCM_PREFIX (README, "ROCm"), on the emulated ROCm
 # runtime (test/rocm_emu) first in the library path: ucx_info -d lists
-# rocm_ipc and rocm_ipc+, the ROCm GPU test (test/test_gpu_rocm.cc) moves
+# rocm_ipc and rocm_ipc+, the ROCm GPU test (test/test_gpu.cc over ROCm) moves
 # bytes between two processes over rocm_ipc and rocm_ipc+, and
 # ucx_perftest -m rocm runs over both. Prints one table, native beside twin.
 # Skipped (77), with the reason, where the UCX build or the emulator is

@@ -205,11 +205,9 @@ protected:
     }
 
     /* Where the allocation goes on past the registration: a get of 8 KiB
-     * straddling its end, a zero-copy get over the transport (UCP emulates
-     * puts into ROCm memory in software at the target, over either
-     * transport, where no transport's key is consulted). The twin refuses
-     * it; natively rocm_ipc checks against the whole allocation and reads
-     * on past the registration */
+     * straddling its end, a zero-copy get over the transport (puts:
+     * puts_at_the_end). The twin refuses it; natively rocm_ipc checks
+     * against the whole allocation and reads on past the registration */
     void past_the_registration()
     {
         const size_t len = 8192, half = len / 2, off = reg_end() - half;
@@ -258,12 +256,12 @@ protected:
     /*
      * Puts into device memory, which UCP 1.22 offloads only to a lane whose
      * put zero-copy has no minimal size (put/offload/zcopy; rocm_ipc's is
-     * UCX_ROCM_IPC_MIN_ZCOPY, 128) and emulates in software at the target
-     * otherwise, where no key is consulted. For every size from 1 to
-     * max_put: one ending at the registration's end, whose bytes must land,
-     * and one ending a byte past it, which the twin must refuse (it
-     * reaches the twin's op, whatever its size), writing nothing; then one
-     * of 8 KiB, half past the end.
+     * UCX_ROCM_IPC_MIN_ZCOPY, 128, so natively it emulates them in software
+     * at the target, where no key is consulted; rocm_ipc+ offers 0). For
+     * every size from 1 to max_put: one ending at the registration's end,
+     * whose bytes must land, and one ending a byte past it, which the twin
+     * must refuse (it reaches the twin's op, whatever its size), writing
+     * nothing; then one of 8 KiB, half past the end.
      */
     void puts_at_the_end(size_t max_put)
     {

@@ -28,6 +28,9 @@ typedef struct span_iface {
     size_t             get_max_iov;
     size_t             get_max_zcopy; /* what the twin offers where the
                                          inner offers none; 0: as inner */
+    int                put_zcopy_any; /* put zero-copy of any length: the
+                                         inner's minimum is no limit of its
+                                         op (rocm_ipc) */
     span_split_queue_t queue;
     span_cuda_copy_t   *copy;     /* VMM copies: made on the first one */
     span_rocm_copy_t   *rocm_copy; /* the same, of ROCm units */

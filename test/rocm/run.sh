@@ -65,7 +65,8 @@ if [ "$test_rc" -eq 77 ]; then
     grep -a 'skipped:' "$out"
     exit 77
 fi
-grep -a -E 'Failure|FAILED|test\(s\) failed|skipped' "$out" |
+grep -a -E 'Failure|FAILED|failed \(status|fault by GPU|test\(s\) failed|skipped' \
+    "$out" |
     grep -v -e '^ROCM' -e 'listed below' | head -40
 [ "$test_rc" -eq 0 ] || rc=$test_rc
 

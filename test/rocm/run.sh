@@ -65,7 +65,8 @@ if [ "$test_rc" -eq 77 ]; then
     grep -a 'skipped:' "$out"
     exit 77
 fi
-grep -a -E 'Failure|FAILED|test\(s\) failed|skipped' "$out" |
+grep -a -E 'Failure|FAILED|failed \(status|fault by GPU|test\(s\) failed|skipped' \
+    "$out" |
     grep -v -e '^ROCM' -e 'listed below' | head -40
 [ "$test_rc" -eq 0 ] || rc=$test_rc
 
@@ -89,6 +90,30 @@ grep -a '^ROCM| ' "$out" | awk -F'|' '
         }
     }'
 grep -a '^ROCM md|' "$out" | sed 's/^ROCM md| /twin MD: /'
+
+# The protocol UCP takes for ucp_put from ROCm into ROCm memory, as
+# UCX_PROTO_INFO prints it: natively software emulation at the target
+# (put/offload/zcopy takes no lane whose put.min_zcopy is not 0, and
+# rocm_ipc's is 128), unchecked; over the twin put/offload/zcopy, checked
+echo
+for side in native twin; do
+    filter=rocm/rocm_pair.puts_at_and_past_the_end/malloc_layer_odd_$side
+    rows=$(UCX_PROTO_INFO='*put*from rocm*to rocm*' SPAN_GPU_TEST_ALONE=1 \
+           timeout 120 "$test_prog" --gtest_filter="$filter" 2>&1 |
+           awk -F'|' '
+        function trim(s) { gsub(/^ +| +$/, "", s); return s }
+        $2 ~ /^ *[0-9]+\.\.[0-9a-z]+ *$/ && !seen[$0]++ {
+            printf "%s%s %s over %s", sep, trim($2), trim($3), trim($4)
+            sep = "; "
+        }')
+    echo "ucp_put from ROCm into ROCm memory, $side: ${rows:-no protocol table}"
+    if [ "$side" = twin ]; then
+        case "$rows" in
+        "0..inf zero-copy over rocm_ipc+/"*) ;;
+        *) echo "FAIL: UCP does not offload every put to rocm_ipc+"; rc=1 ;;
+        esac
+    fi
+done
 
 # ucx_perftest -m rocm over both, which must run and exit cleanly (span
 # beside UCX's rocm module once crashed every process in ucp_cleanup). UCP

@@ -143,6 +143,9 @@ static ucs_status_t span_iface_query(uct_iface_h iface, uct_iface_attr_t *attr)
     if (attr->cap.get.max_zcopy == 0) {
         attr->cap.get.max_zcopy = siface->get_max_zcopy;
     }
+    if (siface->put_zcopy_any) {
+        attr->cap.put.min_zcopy = 0;
+    }
     /* every op fits in one chunk of the overlapping ones */
     span_iface_cap(&attr->cap.put.max_short, siface->max_op);
     span_iface_cap(&attr->cap.put.max_bcopy, siface->max_op);
@@ -194,6 +197,29 @@ static size_t span_iface_get_max_zcopy(const char *inner_tl,
     return attr->cap.put.max_zcopy;
 }
 
+/*
+ * UCP 1.22 and 1.23 take a lane for put/offload/zcopy, the only protocol
+ * that offloads ucp_put to a transport with put zero-copy alone, only
+ * where its put.min_zcopy is 0 (ucp_proto_common_filter_min_frag: that
+ * protocol, unlike get/offload/zcopy and the rendezvous ones, does not set
+ * UCP_PROTO_COMMON_INIT_FLAG_MIN_FRAG); elsewhere it emulates the put in
+ * software at the target, where no transport's key is consulted: no
+ * bounds check. rocm_ipc advertises UCX_ROCM_IPC_MIN_ZCOPY (128) as its
+ * minimum, a threshold for protocol selection (UCX 1e91ddb1f3), not a
+ * limit of its op: uct_rocm_ipc_ep_zcopy copies any length with one HSA
+ * async copy (0 bytes: nothing to do). Its twin offers put zero-copy of
+ * any length and hands every piece to that op, so puts into ROCm memory
+ * go through the twin and are checked. Gets keep rocm_ipc's minimum:
+ * get/offload/zcopy takes it as it is.
+ */
+static int span_iface_put_zcopy_any(const char *inner_tl,
+                                    const uct_iface_attr_t *attr)
+{
+    return (strcmp(inner_tl, "rocm_ipc") == 0) &&
+           (attr->cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY) &&
+           (attr->cap.put.min_zcopy != 0);
+}
+
 /* An op the inner transport lacks (NULL) stays absent in the twin */
 #define SPAN_IFACE_PATCH(_ops, _name, _func) \
     if ((_ops)->_name != NULL) { \
@@ -236,6 +262,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
     siface->get_max_zcopy = span_iface_get_max_zcopy(inner_tl, &attr);
     siface->copy_ops    = span_vmm_copy_vendor(smd->dev_mem_type);
+    siface->put_zcopy_any = span_iface_put_zcopy_any(inner_tl, &attr);
     siface->copy        = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_table_insert(iface, siface);

@@ -27,6 +27,9 @@ typedef struct span_iface {
     size_t             get_max_iov;
     size_t             get_max_zcopy; /* what the twin offers where the
                                          inner offers none; 0: as inner */
+    int                put_zcopy_any; /* put zero-copy of any length: the
+                                         inner's minimum is no limit of its
+                                         op (rocm_ipc) */
     span_split_queue_t queue;
     /* the vendor of the twin's device memory, NULL where none was built */
     const span_vmm_copy_ops_t *copy_ops;

@@ -1,19 +1,24 @@
 /*
- * The CUDA driver, loaded once at run time for the resolver (span_cuda.c)
- * and the VMM export and copies (span_cuda_vmm.c, span_cuda_copy.c): span links no CUDA library, so that
- * it loads on hosts without one.
+ * The CUDA driver, loaded once at run time (base/span_dl.h) for the
+ * resolver (span_cuda.c), the VMM export and import (span_cuda_vmm.c) and
+ * the copies (span_cuda_copy.c): span links no CUDA library, so that it
+ * loads on hosts without one.
  */
 #ifndef SPAN_LIBCUDA_H_
 #define SPAN_LIBCUDA_H_
 
+#include "base/span_dl.h"
+
 #include <cuda.h>
+#include <stddef.h>
 
 /* Who needs a driver call: a call missing from libcuda turns off only them */
 #define SPAN_LIBCUDA_RESOLVER 1u
 #define SPAN_LIBCUDA_VMM      2u
 
 /* Member (cuda.h maps some API names to versioned ones with macros, which
- * the member names follow), the symbol of that version, its users */
+ * the member names follow), the symbol of that version, its users (none:
+ * span does without it) */
 #define SPAN_LIBCUDA_CALLS(_call) \
     _call(cuMemGetAddressRange, "cuMemGetAddressRange_v2", \
           SPAN_LIBCUDA_RESOLVER) \
@@ -51,7 +56,9 @@
     _call(cuEventDestroy, "cuEventDestroy_v2", SPAN_LIBCUDA_VMM) \
     _call(cuEventRecord, "cuEventRecord", SPAN_LIBCUDA_VMM) \
     _call(cuEventQuery, "cuEventQuery", SPAN_LIBCUDA_VMM) \
-    _call(cuEventSynchronize, "cuEventSynchronize", SPAN_LIBCUDA_VMM)
+    _call(cuEventSynchronize, "cuEventSynchronize", SPAN_LIBCUDA_VMM) \
+    _call(cuGetErrorName, "cuGetErrorName", 0) \
+    _call(cuGetErrorString, "cuGetErrorString", 0)
 
 #define SPAN_LIBCUDA_MEMBER(_name, _symbol, _users) typeof(_name) *_name;
 
@@ -71,5 +78,15 @@ int span_libcuda_load(unsigned users);
  * the application made), retaining it until span_libcuda_primary_pop */
 CUresult span_libcuda_primary_push(int device);
 void span_libcuda_primary_pop(int device);
+
+/* The driver's words for res ("CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
+ * in buf, or its number where the driver has none */
+const char *span_libcuda_error(CUresult res, char *buf, size_t size);
+
+/* Calls the driver's _func, and logs a failure as an error, naming the
+ * call and the driver's words: UCS_OK, or UCS_ERR_IO_ERROR where it
+ * failed */
+#define SPAN_CUDA_CALL_LOG_ERR(_func, ...) \
+    SPAN_DL_CALL_LOG_ERR("span cuda", span_libcuda, _func, __VA_ARGS__)
 
 #endif

@@ -1,11 +1,6 @@
 /*
  * The CUDA driver loader.
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
-#if HAVE_CUDA
 #include "span_libcuda.h"
 
 #include <ucs/sys/compiler_def.h>
@@ -89,4 +84,3 @@ const char *span_libcuda_error(CUresult res, char *buf, size_t size)
     }
     return buf;
 }
-#endif

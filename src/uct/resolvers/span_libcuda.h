@@ -1,8 +1,8 @@
 /*
  * The CUDA driver, loaded once at run time (base/span_dl.h) for the
- * resolver (span_cuda.c), the VMM export and import (span_cuda_vmm.c) and
- * the copies (span_cuda_copy.c): span links no CUDA library, so that it
- * loads on hosts without one.
+ * resolver, the VMM export and import (span_cuda_driver.c, span_cuda_vmm.c)
+ * and the copies (span_cuda_copy.c): span links no CUDA library, so that
+ * it loads on hosts without one. Built only where configure found cuda.h.
  */
 #ifndef SPAN_LIBCUDA_H_
 #define SPAN_LIBCUDA_H_

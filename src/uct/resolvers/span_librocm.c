@@ -1,11 +1,6 @@
 /*
  * The ROCm runtime loader.
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
-#if HAVE_ROCM
 #include "span_librocm.h"
 
 #include <ucs/sys/compiler_def.h>
@@ -77,4 +72,3 @@ const char *span_librocm_error(hipError_t err, char *buf, size_t size)
     snprintf(buf, size, strcmp(name, text) ? "%s: %s" : "%s", name, text);
     return buf;
 }
-#endif

@@ -3,7 +3,8 @@
  * resolver and VMM export (span_rocm.c), the VMM import (span_rocm_vmm.c)
  * and the copies (span_rocm_copy.c): span links no ROCm library, so that
  * it loads on hosts without one. HIP resolves allocations and VMM handles;
- * HSA copies, as UCX's rocm transports do.
+ * HSA copies, as UCX's rocm transports do. Built only where configure
+ * found the HIP and HSA headers.
  *
  * Only calls and values whose ABI ROCm 5 to 7 share: no structure whose
  * layout moved between them (hipPointerAttribute_t, hipMemAllocationProp),

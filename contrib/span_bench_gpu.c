@@ -24,7 +24,7 @@
 #include "test/harness/span_md_open.h"
 #include "test/harness/span_pair.h"
 #include "test/harness/span_stats.h"
-#include "resolvers/span_cuda.h"
+#include "resolvers/span_vendor.h"
 
 #include "ucx/span_ucx.h" /* the v2 MD calls, not installed */
 #include <ucs/sys/math.h>
@@ -39,7 +39,7 @@
 
 static void span_bench_print_extent(const char *what, void *ptr, size_t len)
 {
-    const span_cuda_ops_t *ops = span_cuda_driver();
+    const span_cuda_ops_t *ops = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
     span_cuda_extent_t ext;
     ucs_status_t status;
 
@@ -162,7 +162,7 @@ static void span_bench_reg_parts(uct_md_h md, char *base, unsigned count,
  * old address from the old one): the floor of its time */
 static double span_bench_buffer_id_run(char *base, unsigned count)
 {
-    const span_cuda_ops_t *ops = span_cuda_driver();
+    const span_cuda_ops_t *ops = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
     double start               = span_stats_now();
     uint64_t id;
     unsigned i;
@@ -189,7 +189,7 @@ static int span_bench_reg(unsigned count, int runs)
     int r;
 
     if ((native == NULL) || (twin == NULL) || (memh == NULL) ||
-        (span_cuda_driver() == NULL) ||
+        (span_vendor_driver(UCS_MEMORY_TYPE_CUDA) == NULL) ||
         (count < 2) || ((size_t)count * 8192 > (256u << 20)) ||
         (span_gpu_alloc(SPAN_GPU_MALLOC, 256u << 20, 0, NULL, &dev) !=
          UCS_OK)) {

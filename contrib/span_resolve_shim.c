@@ -2,14 +2,16 @@
  * The CUDA resolver as a plain C call, for contrib/span_torch_check.py
  * (ctypes): how span sees a real PyTorch tensor.
  */
-#include "resolvers/span_cuda.h"
+#include "resolvers/span_cuda_driver.h"
+#include "resolvers/span_libcuda.h"
 
 #include <stddef.h>
 
 /* out: base, length, unit size, number of units */
 int span_resolve(uint64_t addr, uint64_t length, uint64_t out[4])
 {
-    const span_cuda_ops_t *ops = span_cuda_driver();
+    const span_cuda_ops_t *ops = span_libcuda_load(SPAN_LIBCUDA_RESOLVER) ?
+                                 &span_cuda_driver_ops : NULL;
     span_cuda_extent_t ext;
     ucs_status_t status;
 

@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "resolvers/span_rocm.h"
+#include "resolvers/span_vendor.h"
 #include "md/span_registry.h"
 #include "rocm_emu/hsa_emu.h"
 }
@@ -104,7 +105,7 @@ protected:
     {
         ASSERT_EQ(0, hsa_emu_fail(nullptr));
         ASSERT_EQ(hipSuccess, hipSetDevice(0));
-        ops = span_rocm_driver();
+        ops = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
         ASSERT_NE(nullptr, ops) << "the emulated HIP library loads";
     }
 

@@ -16,8 +16,8 @@
 
 extern "C" {
 #include "key/span_rkey.h"
+#include "resolvers/span_vmm.h"
 #include "resolvers/span_vmm_copy.h"
-#include "resolvers/span_rocm_vmm.h"
 #include "resolvers/span_vmm_cache.h"
 #include "rocm_emu/hsa_emu.h"
 }
@@ -139,7 +139,7 @@ TEST_F(rocm_bounds, a_vmm_sub_range_is_served_alone)
     ASSERT_EQ(3u, desc.geom.num_chunks) << "the handles under the range";
     keys.resize(desc.geom.num_chunks);
     ASSERT_EQ(UCS_OK, span_rkey_vmm_keys(&desc, keys.data()));
-    span_rocm_vmm_keys_mark(keys.data(), keys.size());
+    span_vmm_keys_mark(keys.data(), keys.size(), SPAN_ROCM_VMM_MAGIC);
 
     /* as span_rkey_unpack makes it, in the exporter itself */
     std::vector<uint8_t> storage(sizeof(span_rkey_t));

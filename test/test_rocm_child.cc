@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "resolvers/span_rocm.h"
+#include "resolvers/span_vendor.h"
 }
 
 #include <fcntl.h>
@@ -186,7 +187,7 @@ int child_vmm_export(const std::vector<std::string> &args)
     prop.type                = hipMemAllocationTypePinned;
     prop.location.type       = hipMemLocationTypeDevice;
     prop.requestedHandleType = hipMemHandleTypePosixFileDescriptor;
-    if ((span_rocm_driver() == nullptr) ||
+    if ((span_vendor_driver(UCS_MEMORY_TYPE_ROCM) == nullptr) ||
         (hipMemAddressReserve((void**)&base, n * unit, 0, nullptr, 0) !=
          hipSuccess)) {
         return 10;

@@ -7,6 +7,7 @@
 
 #include "md/span_md_pack.h"
 #include "resolvers/span_rocm.h"
+#include "resolvers/span_vendor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ ucs_status_t test_rocm_md_pack(void *address, size_t length, void *rkey_buf,
     smd->inner_component  = &test_rocm_component;
     smd->inner_id         = span_rkey_component_id(SPAN_ROCM_IPC_COMPONENT);
     smd->rkey_packed_size = SPAN_RKEY_MAX_SIZE;
-    smd->cuda             = span_rocm_driver();
+    smd->cuda             = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
     smd->dev_mem_type     = UCS_MEMORY_TYPE_ROCM;
     smd->vmm_export_ops   = span_rocm_vmm_export_ops;
     smd->spill            = UCS_TRY;

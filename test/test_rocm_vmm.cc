@@ -17,8 +17,8 @@
 
 extern "C" {
 #include "resolvers/span_vmm_cache.h"
+#include "resolvers/span_vmm.h"
 #include "resolvers/span_vmm_copy.h"
-#include "resolvers/span_rocm_vmm.h"
 #include "rocm_emu/hsa_emu.h"
 }
 
@@ -66,7 +66,7 @@ protected:
         ASSERT_EQ(0, test_rocm_peer_read(&m_peer, m_keys.data(),
                                          units * sizeof(m_keys[0])));
         ASSERT_EQ(0, test_rocm_peer_read(&m_peer, &m_base, sizeof(m_base)));
-        span_rocm_vmm_keys_mark(m_keys.data(), units);
+        span_vmm_keys_mark(m_keys.data(), units, SPAN_ROCM_VMM_MAGIC);
         ASSERT_EQ(UCS_OK, span_chunk_plan_from(&m_geom, m_base, units * unit,
                                                m_base, unit, 0, 0));
         ASSERT_EQ(units, m_geom.num_chunks);

@@ -371,7 +371,7 @@ TEST_F(span_spill_peer, a_peer_in_a_new_pid_namespace_is_unreachable)
 }
 
 /* The check every import of a peer's descriptor makes first (spill arenas
- * and span's VMM units, span_cuda_vmm.c): values no process can have */
+ * and span's VMM units, span_vmm_import.c): values no process can have */
 TEST(span_peer_check, values_no_process_has_are_refused)
 {
     uint64_t ns = span_peer_pid_ns();

@@ -14,6 +14,7 @@
 extern "C" {
 #include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_vmm_export.h"
+#include "resolvers/span_vmm_import.h"
 #include "base/span_peer.h"
 }
 
@@ -46,10 +47,17 @@ const span_vmm_export_ops_t unit_ops = {unit_buffer_id, unit_export_fd};
 
 } // namespace
 
-/* The import the cache calls, faked */
-extern "C" ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
-                                             const span_chunk_geom_t *geom,
-                                             span_vmm_map_t *map)
+/* The import the cache calls, faked: no driver's calls, and no table
+ * checked but the cache's */
+extern "C" const span_vmm_import_ops_t *span_vendor_vmm_import(uint32_t magic)
+{
+    return nullptr;
+}
+
+extern "C" ucs_status_t span_vmm_import(const span_vmm_import_ops_t *ops,
+                                        const span_vmm_key_t *keys,
+                                        const span_chunk_geom_t *geom,
+                                        span_vmm_map_t *map)
 {
     memset(map, 0, sizeof(*map));
     map->pid    = getpid();
@@ -58,10 +66,18 @@ extern "C" ucs_status_t span_cuda_vmm_import(const span_vmm_key_t *keys,
     return UCS_OK;
 }
 
-extern "C" void span_cuda_vmm_unmap(span_vmm_map_t *map)
+extern "C" void span_vmm_unmap(span_vmm_map_t *map)
 {
     ++unmaps;
     unmapped.push_back(map->base);
+}
+
+/* ROCm's copy engine, linked in beside the cache, names it: no copy runs
+ * in this program */
+extern "C" ucs_status_t span_vmm_access(span_vmm_map_t *map, int device)
+{
+    ADD_FAILURE() << "span_vmm_access(" << map << ", " << device << ")";
+    return UCS_ERR_UNSUPPORTED;
 }
 
 namespace {

@@ -16,7 +16,7 @@
  *                                bit 1 SPILL: the body is a spill reference;
  *                                bit 2 SPAN_VMM: the keys are span's own
  *                                keys of exported VMM units
- *                                (span_cuda_vmm.h), not inner keys;
+ *                                (span_vmm.h), not inner keys;
  *                                other bits are refused
  *   2       2     num_chunks     n >= 1, inner registrations (one key each)
  *   4       4     component_id   FNV-1a 32 of the inner component's name
@@ -51,7 +51,7 @@
  *                 keys 1..n-1    v bytes each, only when n > 1: their bytes
  *                                at the mask's positions, in order
  *   63            VMM body (SPAN_VMM set, SPILL clear), the units' keys
- *                 (span_cuda_vmm.h) less what the importer knows:
+ *                 (span_vmm.h) less what the importer knows:
  *                 +0  4  pid       the exporter
  *                 +4  4  table_fd  its export table's descriptor
  *                 +8  8  pid_ns
@@ -111,7 +111,7 @@
 #include "span_rkey.h"
 #include "base/span_fork.h"
 #include "base/span_hash.h"
-#include "resolvers/span_cuda_vmm.h"
+#include "resolvers/span_vmm.h"
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>

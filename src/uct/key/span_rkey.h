@@ -55,7 +55,7 @@ typedef struct span_rkey_desc {
     size_t            key_size;     /* bytes of one inner key */
     int               spilled;      /* keys in the spill slot, not inline */
     int               span_vmm;     /* the keys are span's own VMM unit keys
-                                       (span_cuda_vmm.h), not the inner's */
+                                       (span_vmm.h), not the inner's */
     span_rkey_spill_t spill;
     /* set by span_rkey_parse, inside the parsed buffer (NULL when
      * spilled): */

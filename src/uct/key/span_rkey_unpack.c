@@ -7,7 +7,6 @@
 #include "span_spill.h"
 #include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_rocm.h"
-#include "resolvers/span_rocm_vmm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,16 +62,16 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
     return UCS_OK;
 }
 
-/* Maps the units span exported (span_cuda_vmm.h) as the rkey's access
- * path, or shares the mapping another rkey of them made; the units of a
- * ROCm twin are HIP's to map (span_rocm_vmm.h) */
+/* Maps the units span exported (span_vmm.h) as the rkey's access path, or
+ * shares the mapping another rkey of them made; the units of a ROCm twin
+ * are HIP's to map */
 static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
                                       const span_rkey_desc_t *desc,
                                       uint8_t *keys)
 {
     if (!strcmp(rkey->inner_component->name, SPAN_ROCM_IPC_COMPONENT)) {
-        span_rocm_vmm_keys_mark((span_vmm_key_t*)keys,
-                                desc->geom.num_chunks);
+        span_vmm_keys_mark((span_vmm_key_t*)keys, desc->geom.num_chunks,
+                           SPAN_ROCM_VMM_MAGIC);
     }
     return span_vmm_cache_get((const span_vmm_key_t*)keys,
                               &desc->geom, &rkey->vmm);

@@ -9,6 +9,7 @@
 #include "span_md_reg.h"
 #include "span_md_rocm.h"
 #include "resolvers/span_vmm_cache.h"
+#include "resolvers/span_vendor.h"
 #include "resolvers/span_verbs.h"
 
 #include <stdlib.h>
@@ -427,14 +428,14 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
     smd->spill = span_md_spill_mode(smd, ((const span_md_config_t*)config)->spill);
     if (smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) {
-        smd->cuda = span_cuda_driver();
+        smd->cuda = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
         if (smd->cuda == NULL) {
             ucs_diag("span md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
         } else {
-            smd->dev_mem_type             = UCS_MEMORY_TYPE_CUDA;
-            smd->vmm_export_ops.buffer_id = smd->cuda->buffer_id;
-            smd->vmm_export_ops.export_fd = span_cuda_vmm_export_fd;
+            smd->dev_mem_type   = UCS_MEMORY_TYPE_CUDA;
+            smd->vmm_export_ops =
+                    *span_vendor(UCS_MEMORY_TYPE_CUDA)->vmm_export;
         }
     }
     span_md_rocm_init(smd, md_name);

@@ -5,7 +5,7 @@
  */
 #include "span_md_pack.h"
 #include "key/span_spill.h"
-#include "resolvers/span_cuda_vmm.h"
+#include "resolvers/span_vmm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +51,7 @@ out:
 }
 
 /* Device memory that cuda_ipc packed as "no IPC" in every chunk: span may
- * export its units itself (span_cuda_vmm.h) */
+ * export its units itself (span_vmm.h) */
 static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
                                     ucs_memory_type_t mtype,
                                     const uint8_t *keys)

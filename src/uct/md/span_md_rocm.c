@@ -3,6 +3,7 @@
  */
 #include "span_md_rocm.h"
 #include "resolvers/span_rocm.h"
+#include "resolvers/span_vendor.h"
 
 #include <ucs/debug/log_def.h>
 #include <string.h>
@@ -12,14 +13,14 @@ void span_md_rocm_init(span_md_t *smd, const char *md_name)
     if (!(smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_ROCM))) {
         return;
     }
-    smd->cuda = span_rocm_driver();
+    smd->cuda = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
     if (smd->cuda == NULL) {
         ucs_diag("span md '%s': no HIP runtime to resolve allocations: ROCm "
                  "memory is registered as given", md_name);
         return;
     }
     smd->dev_mem_type   = UCS_MEMORY_TYPE_ROCM;
-    smd->vmm_export_ops = span_rocm_vmm_export_ops;
+    smd->vmm_export_ops = *span_vendor(UCS_MEMORY_TYPE_ROCM)->vmm_export;
     /* UCP registers ROCm memory as given (rocm is not in
      * UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES by default, and rocm's mem_query
      * reports the buffer, not its allocation): no request is cut to one

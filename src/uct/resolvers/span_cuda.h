@@ -2,8 +2,10 @@
  * CUDA resolver: the physical units under a range of device memory. A
  * cudaMalloc or pool allocation is one unit (cuMemGetAddressRange); a VMM
  * range is one unit per mapped physical allocation, which
- * cuMemGetAddressRange reports one at a time. libcuda is loaded at run
- * time: without it, or without a device, the resolver is off.
+ * cuMemGetAddressRange reports one at a time. The walk is the driver's
+ * calls' (span_cuda_ops_t), which HIP answers too (span_rocm.h): the
+ * drivers are loaded at run time, and a build or host without one has
+ * its resolver off (span_vendor.h).
  */
 #ifndef SPAN_CUDA_H_
 #define SPAN_CUDA_H_
@@ -43,9 +45,6 @@ static inline uint64_t span_cuda_identity_add(uint64_t identity, uint64_t id)
 {
     return (identity ^ id) * 0x100000001b3ull;
 }
-
-/* The real driver, or NULL where libcuda cannot be loaded */
-const span_cuda_ops_t *span_cuda_driver(void);
 
 /* UCS_ERR_INVALID_ADDR where addr is not device memory, UCS_ERR_UNSUPPORTED
  * for units of mixed sizes. A range that runs past the device memory at

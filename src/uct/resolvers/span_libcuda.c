@@ -1,16 +1,12 @@
 /*
  * The CUDA driver loader.
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
-#if HAVE_CUDA
 #include "span_libcuda.h"
+#include "base/span_dl.h"
 
-#include <ucs/debug/log_def.h>
-#include <dlfcn.h>
+#include <ucs/sys/compiler_def.h>
 #include <pthread.h>
+#include <stdio.h>
 
 span_libcuda_t span_libcuda;
 
@@ -18,24 +14,22 @@ static pthread_once_t span_libcuda_once = PTHREAD_ONCE_INIT;
 /* Users (SPAN_LIBCUDA_*) of a call libcuda lacks, all where it is absent */
 static unsigned       span_libcuda_missing;
 
-#define SPAN_LIBCUDA_RESOLVE(_name, _symbol, _users) \
-    span_libcuda._name = dlsym(lib, _symbol); \
-    if (span_libcuda._name == NULL) { \
-        ucs_debug("span cuda: libcuda.so.1 lacks %s", _symbol); \
-        span_libcuda_missing |= (_users); \
-    }
+#define SPAN_LIBCUDA_SYM(_name, _symbol, _users) \
+    {_symbol, &span_libcuda._name, _users},
 
 static void span_libcuda_open(void)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    static const char *const names[]  = {"libcuda.so.1"};
+    static const span_dl_sym_t syms[] = {
+        SPAN_LIBCUDA_CALLS(SPAN_LIBCUDA_SYM)
+    };
+    static const span_dl_lib_t lib    = {
+        "CUDA driver", names, ucs_static_array_size(names),
+        syms, ucs_static_array_size(syms)
+    };
 
-    if (lib == NULL) {
-        ucs_debug("span cuda: resolver off: %s", dlerror());
-        span_libcuda_missing = SPAN_LIBCUDA_RESOLVER | SPAN_LIBCUDA_VMM;
-        return;
-    }
-    SPAN_LIBCUDA_CALLS(SPAN_LIBCUDA_RESOLVE)
-    if (span_libcuda_missing & SPAN_LIBCUDA_RESOLVER) {
+    if ((span_dl_load(&lib, &span_libcuda_missing) == UCS_OK) &&
+        (span_libcuda_missing & SPAN_LIBCUDA_RESOLVER)) {
         ucs_warn("span cuda: libcuda.so.1 lacks a driver call span needs: "
                  "device memory is registered as one unit");
     }
@@ -46,7 +40,6 @@ int span_libcuda_load(unsigned users)
     pthread_once(&span_libcuda_once, span_libcuda_open);
     return !(span_libcuda_missing & users);
 }
-#endif
 
 CUresult span_libcuda_primary_push(int device)
 {
@@ -75,4 +68,20 @@ void span_libcuda_primary_pop(int device)
     if (span_libcuda.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
         span_libcuda.cuDevicePrimaryCtxRelease(dev);
     }
+}
+
+const char *span_libcuda_error(CUresult res, char *buf, size_t size)
+{
+    const char *name = NULL, *text = NULL;
+
+    /* the unit tests' fake drivers have neither */
+    if ((span_libcuda.cuGetErrorName == NULL) ||
+        (span_libcuda.cuGetErrorName(res, &name) != CUDA_SUCCESS) ||
+        (span_libcuda.cuGetErrorString == NULL) ||
+        (span_libcuda.cuGetErrorString(res, &text) != CUDA_SUCCESS)) {
+        snprintf(buf, size, "CUresult %d", (int)res);
+    } else {
+        snprintf(buf, size, "%s: %s", name, text);
+    }
+    return buf;
 }

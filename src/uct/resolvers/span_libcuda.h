@@ -1,7 +1,8 @@
 /*
- * The CUDA driver, loaded once at run time for the resolver (span_cuda.c)
- * and the VMM export and copies (span_cuda_vmm.c, span_cuda_copy.c): span links no CUDA library, so that
- * it loads on hosts without one.
+ * The CUDA driver, loaded once at run time (base/span_dl.h) for the
+ * resolver, the VMM export and import (span_cuda_driver.c, span_cuda_vmm.c)
+ * and the copies (span_cuda_copy.c): span links no CUDA library, so that
+ * it loads on hosts without one. Built only where configure found cuda.h.
  */
 #ifndef SPAN_LIBCUDA_H_
 #define SPAN_LIBCUDA_H_
@@ -9,7 +10,7 @@
 #include "base/span_call.h"
 
 #include <cuda.h>
-#include <stdio.h>
+#include <stddef.h>
 
 /* Who needs a driver call: a call missing from libcuda turns off only them */
 #define SPAN_LIBCUDA_RESOLVER 1u
@@ -17,7 +18,7 @@
 
 /* Member (cuda.h maps some API names to versioned ones with macros, which
  * the member names follow), the symbol of that version, its users (0:
- * only log lines use the call, SPAN_LIBCUDA_CALL, and do without it) */
+ * only log lines use the call, and do without it) */
 #define SPAN_LIBCUDA_CALLS(_call) \
     _call(cuMemGetAddressRange, "cuMemGetAddressRange_v2", \
           SPAN_LIBCUDA_RESOLVER) \
@@ -78,27 +79,9 @@ int span_libcuda_load(unsigned users);
 CUresult span_libcuda_primary_push(int device);
 void span_libcuda_primary_pop(int device);
 
-/* The driver's name and description of res ("CUDA_ERROR_INVALID_VALUE:
- * invalid argument"), or its number where libcuda has no word for it, in
- * buf of size bytes */
-static inline const char *span_libcuda_error(CUresult res, char *buf,
-                                             size_t size)
-{
-    const char *name = NULL, *string = NULL;
-
-    if ((span_libcuda.cuGetErrorName == NULL) ||
-        (span_libcuda.cuGetErrorName(res, &name) != CUDA_SUCCESS) ||
-        (name == NULL)) {
-        snprintf(buf, size, "CUresult %d", (int)res);
-        return buf;
-    }
-    if (span_libcuda.cuGetErrorString != NULL) {
-        span_libcuda.cuGetErrorString(res, &string);
-    }
-    snprintf(buf, size, "%s: %s", name,
-             (string != NULL) ? string : "no description");
-    return buf;
-}
+/* The driver's words for res ("CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
+ * in buf, or its number where the driver has none */
+const char *span_libcuda_error(CUresult res, char *buf, size_t size);
 
 /* CUDA_ERROR_NOT_READY is the answer of a query, not a failure */
 #define SPAN_LIBCUDA_FAILED(_res) \
@@ -111,5 +94,10 @@ static inline const char *span_libcuda_error(CUresult res, char *buf,
 #define SPAN_LIBCUDA_CALL(_func, ...) \
     SPAN_CALL("cuda", span_libcuda, CUresult, SPAN_LIBCUDA_FAILED, \
               span_libcuda_error, _func, #__VA_ARGS__, __VA_ARGS__)
+
+/* The same, as a status: UCS_OK, or UCS_ERR_IO_ERROR where it failed */
+#define SPAN_CUDA_CALL_LOG_ERR(_func, ...) \
+    ((SPAN_LIBCUDA_CALL(_func, __VA_ARGS__) == CUDA_SUCCESS) ? UCS_OK : \
+                                                             UCS_ERR_IO_ERROR)
 
 #endif

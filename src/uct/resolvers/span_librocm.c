@@ -1,17 +1,13 @@
 /*
  * The ROCm runtime loader.
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
-#if HAVE_ROCM
 #include "span_librocm.h"
+#include "base/span_dl.h"
 
-#include <ucs/debug/log_def.h>
-#include <dlfcn.h>
+#include <ucs/sys/compiler_def.h>
 #include <pthread.h>
-#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 span_librocm_t span_librocm;
 
@@ -19,59 +15,38 @@ static pthread_once_t span_librocm_once = PTHREAD_ONCE_INIT;
 /* Users (SPAN_LIBROCM_*) of a call the runtime lacks */
 static unsigned       span_librocm_missing;
 
-/* ROCm 7, 6, 5 name their HIP library by major version; the development
- * link comes first where installed */
-static const char *span_librocm_hip_names[] = {
-    "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
-    "libamdhip64.so.5"
-};
-
-/* The HIP library the process loaded already (the application's), or
- * else the first one found */
-static void *span_librocm_open_hip(void)
-{
-    size_t n = sizeof(span_librocm_hip_names) /
-               sizeof(span_librocm_hip_names[0]);
-    void *lib;
-    size_t i;
-
-    for (i = 0; i < n; ++i) {
-        lib = dlopen(span_librocm_hip_names[i],
-                     RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE);
-        if (lib != NULL) {
-            return lib;
-        }
-    }
-    for (i = 0; i < n; ++i) {
-        lib = dlopen(span_librocm_hip_names[i],
-                     RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-        if (lib != NULL) {
-            return lib;
-        }
-    }
-    ucs_debug("span rocm: no HIP library: %s", dlerror());
-    return NULL;
-}
-
-#define SPAN_LIBROCM_RESOLVE(_name, _lib, _users) \
-    span_librocm._name = (lib_##_lib == NULL) ? NULL : \
-                         dlsym(lib_##_lib, #_name); \
-    if (span_librocm._name == NULL) { \
-        ucs_debug("span rocm: the runtime lacks %s", #_name); \
-        span_librocm_missing |= (_users); \
-    }
+#define SPAN_LIBROCM_SYM(_name, _users) {#_name, &span_librocm._name, _users},
 
 static void span_librocm_open(void)
 {
-    void *lib_HIP = span_librocm_open_hip();
-    void *lib_HSA = dlopen("libhsa-runtime64.so.1",
-                           RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    /* ROCm 7, 6, 5 name their HIP library by major version; the
+     * development link comes first where installed */
+    static const char *const hip_names[] = {
+        "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
+        "libamdhip64.so.5"
+    };
+    static const char *const hsa_names[]  = {"libhsa-runtime64.so.1"};
+    static const span_dl_sym_t hip_syms[] = {
+        SPAN_LIBROCM_HIP_CALLS(SPAN_LIBROCM_SYM)
+    };
+    static const span_dl_sym_t hsa_syms[] = {
+        SPAN_LIBROCM_HSA_CALLS(SPAN_LIBROCM_SYM)
+    };
+    static const span_dl_lib_t hip        = {
+        "HIP runtime", hip_names, ucs_static_array_size(hip_names),
+        hip_syms, ucs_static_array_size(hip_syms)
+    };
+    static const span_dl_lib_t hsa        = {
+        "HSA runtime", hsa_names, ucs_static_array_size(hsa_names),
+        hsa_syms, ucs_static_array_size(hsa_syms)
+    };
+    unsigned hsa_missing;
+    ucs_status_t status;
 
-    if (lib_HSA == NULL) {
-        ucs_debug("span rocm: no HSA runtime: %s", dlerror());
-    }
-    SPAN_LIBROCM_CALLS(SPAN_LIBROCM_RESOLVE)
-    if ((lib_HIP != NULL) && (span_librocm_missing & SPAN_LIBROCM_RESOLVER)) {
+    status = span_dl_load(&hip, &span_librocm_missing);
+    span_dl_load(&hsa, &hsa_missing);
+    span_librocm_missing |= hsa_missing;
+    if ((status == UCS_OK) && (span_librocm_missing & SPAN_LIBROCM_RESOLVER)) {
         ucs_warn("span rocm: the HIP or HSA library lacks a call span "
                  "needs: ROCm memory is registered as given");
     }
@@ -82,4 +57,34 @@ int span_librocm_load(unsigned users)
     pthread_once(&span_librocm_once, span_librocm_open);
     return !(span_librocm_missing & users);
 }
-#endif
+
+const char *span_librocm_hsa_error(hsa_status_t status, char *buf,
+                                   size_t size)
+{
+    const char *string = NULL;
+
+    if ((span_librocm.hsa_status_string == NULL) ||
+        (span_librocm.hsa_status_string(status, &string) !=
+         HSA_STATUS_SUCCESS) ||
+        (string == NULL)) {
+        snprintf(buf, size, "hsa_status_t 0x%x", (unsigned)status);
+        return buf;
+    }
+    return string;
+}
+
+const char *span_librocm_error(hipError_t err, char *buf, size_t size)
+{
+    const char *name, *text;
+
+    if ((span_librocm.hipGetErrorName == NULL) ||
+        (span_librocm.hipGetErrorString == NULL)) {
+        snprintf(buf, size, "hipError_t %d", (int)err);
+        return buf;
+    }
+    name = span_librocm.hipGetErrorName(err);
+    text = span_librocm.hipGetErrorString(err);
+    /* some runtimes describe an error by its name */
+    snprintf(buf, size, strcmp(name, text) ? "%s: %s" : "%s", name, text);
+    return buf;
+}

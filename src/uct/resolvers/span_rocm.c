@@ -1,17 +1,11 @@
 /*
- * ROCm resolver.
+ * HIP's calls of the resolver and of a VMM export (span_rocm.h).
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
 #include "span_rocm.h"
+#include "span_librocm.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
-
-#if HAVE_ROCM
-#include "span_librocm.h"
 
 /*
  * Whether addr is host memory HIP knows: hipHostRegister'ed (locked) by its
@@ -47,13 +41,14 @@ static ucs_status_t span_rocm_range(uint64_t addr, uint64_t *base_p,
 {
     hipDeviceptr_t base = NULL;
     size_t size         = 0;
+    char buf[128];
     hipError_t err;
 
     err = span_librocm.hipMemGetAddressRange(&base, &size,
                                              (hipDeviceptr_t)addr);
     if (err != hipSuccess) {
-        ucs_debug("span rocm: hipMemGetAddressRange(0x%" PRIx64 ") failed: %d",
-                  addr, err);
+        ucs_debug("span rocm: hipMemGetAddressRange(0x%" PRIx64 ") failed: %s",
+                  addr, span_librocm_error(err, buf, sizeof(buf)));
         return UCS_ERR_INVALID_ADDR;
     }
     /* after HIP, which initialized HSA */
@@ -71,13 +66,15 @@ static ucs_status_t span_rocm_range(uint64_t addr, uint64_t *base_p,
 static ucs_status_t span_rocm_buffer_id(uint64_t addr, uint64_t *id_p)
 {
     uint64_t id = 0;
+    char buf[128];
     hipError_t err;
 
     err = span_librocm.hipPointerGetAttribute(&id,
                                               HIP_POINTER_ATTRIBUTE_BUFFER_ID,
                                               (hipDeviceptr_t)addr);
     if ((err != hipSuccess) || (id == 0)) {
-        ucs_debug("span rocm: no buffer id for 0x%" PRIx64 ": %d", addr, err);
+        ucs_debug("span rocm: no buffer id for 0x%" PRIx64 ": %s", addr,
+                  span_librocm_error(err, buf, sizeof(buf)));
         return UCS_ERR_INVALID_ADDR;
     }
     *id_p = id;
@@ -105,21 +102,14 @@ static ucs_status_t span_rocm_vmm_device(uint64_t addr, int *device_p)
     return UCS_OK;
 }
 
-static const span_cuda_ops_t span_rocm_driver_ops = {
-    .range      = span_rocm_range,
-    .buffer_id  = span_rocm_buffer_id,
-    .vmm_device = span_rocm_vmm_device
+const span_cuda_ops_t span_rocm_driver_ops = {
+    span_rocm_range, span_rocm_buffer_id, span_rocm_vmm_device
 };
-
-const span_cuda_ops_t *span_rocm_driver(void)
-{
-    return span_librocm_load(SPAN_LIBROCM_RESOLVER) ? &span_rocm_driver_ops :
-                                                      NULL;
-}
 
 ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
 {
     hipMemGenericAllocationHandle_t handle;
+    char buf[128];
     hipError_t err;
     int fd = -1;
 
@@ -133,12 +123,15 @@ ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
             &fd, handle, hipMemHandleTypePosixFileDescriptor, 0);
     span_librocm.hipMemRelease(handle);
     if ((err == hipErrorInvalidValue) || (err == hipErrorNotSupported)) {
-        ucs_debug("span rocm vmm: the allocation at 0x%" PRIx64 " cannot be "
-                  "shared as a POSIX fd: %d", base, err);
+        ucs_debug("span rocm: the allocation at 0x%" PRIx64 " cannot be "
+                  "shared as a POSIX fd: %s", base,
+                  span_librocm_error(err, buf, sizeof(buf)));
         return UCS_ERR_UNSUPPORTED;
     } else if ((err != hipSuccess) || (fd < 0)) {
-        ucs_error("span rocm vmm: cannot export the allocation at 0x%" PRIx64
-                  " as a POSIX fd: %d", base, err);
+        ucs_error("span rocm: cannot export the allocation at 0x%" PRIx64
+                  " as a POSIX fd: hipMemExportToShareableHandle() failed: %s "
+                  "(descriptor %d)", base,
+                  span_librocm_error(err, buf, sizeof(buf)), fd);
         return UCS_ERR_IO_ERROR;
     }
     *fd_p = fd;
@@ -149,19 +142,3 @@ const span_vmm_export_ops_t span_rocm_vmm_export_ops = {
     .buffer_id = span_rocm_buffer_id,
     .export_fd = span_rocm_vmm_export_fd
 };
-#else
-const span_cuda_ops_t *span_rocm_driver(void)
-{
-    return NULL; /* built without the ROCm headers */
-}
-
-ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
-{
-    return UCS_ERR_UNSUPPORTED;
-}
-
-const span_vmm_export_ops_t span_rocm_vmm_export_ops = {
-    .buffer_id = NULL,
-    .export_fd = span_rocm_vmm_export_fd
-};
-#endif

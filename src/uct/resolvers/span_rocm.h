@@ -6,7 +6,9 @@
  * (hipMemCreate + hipMemMap: PyTorch's expandable segments on ROCm) one
  * unit per mapped handle, each as hipMemGetAddressRange reports it, and
  * each known by its HIP buffer id. HIP and HSA are loaded at run time
- * (span_librocm.h): without them the resolver is off.
+ * (span_librocm.h): without them the resolver is off. Built only where
+ * configure found the HIP and HSA headers (span_vendor.h); the name of
+ * rocm_ipc serves every build.
  */
 #ifndef SPAN_ROCM_H_
 #define SPAN_ROCM_H_
@@ -17,12 +19,12 @@
 /* Name of UCX's ROCm IPC component (and MD) */
 #define SPAN_ROCM_IPC_COMPONENT "rocm_ipc"
 
-/* The real runtime, or NULL where HIP cannot be loaded (or span was built
- * without the ROCm headers) */
-const span_cuda_ops_t *span_rocm_driver(void);
+/* The resolver's calls; valid where span_librocm_load said so of
+ * SPAN_LIBROCM_RESOLVER */
+extern const span_cuda_ops_t span_rocm_driver_ops;
 
-/* The driver calls of an export of a VMM unit (span_vmm_export.h);
- * valid once span_rocm_driver() returned the driver */
+/* The driver calls of an export of a VMM unit (span_vmm_export.h); valid
+ * where the resolver's are */
 extern const span_vmm_export_ops_t span_rocm_vmm_export_ops;
 
 /* The one driver round trip of an export: *fd_p, the caller's to close,

@@ -3,7 +3,7 @@
  */
 #include "span_rocm_copy.h"
 #include "span_librocm.h"
-#include "span_rocm_vmm.h"
+#include "span_vmm_import.h"
 
 #include <ucs/debug/log_def.h>
 #include <stdint.h>
@@ -76,7 +76,7 @@ static ucs_status_t span_rocm_copy_route(void *vendor, span_vmm_map_t *map,
                  (hipDeviceptr_t)owned) != hipSuccess)) {
         goto err;
     }
-    status = span_rocm_vmm_access(map, device);
+    status = span_vmm_access(map, device);
     if (status != UCS_OK) {
         return status;
     }

@@ -1,14 +1,30 @@
 /*
- * VMM units span exports itself, as both of its VMM resolvers name them
- * (span_cuda_vmm.h, span_rocm_vmm.h): a unit's key, which a peer sends, and
- * a mapping of a peer's units in this process.
+ * VMM handles that the inner transport cannot export, exported by span.
+ *
+ * cuda_ipc publishes VMM memory of POSIX-fd handles (PyTorch's expandable
+ * segments, cuMemCreate pools) only where UCX was built with pidfd_getfd;
+ * the PyPI wheel was not, and its cuda_ipc calls such memory "no IPC", so
+ * UCP stages it through host memory at under 1 GB/s. For such units (and
+ * the ROCm twins' likewise, span_md_rocm.h) span exports the handle itself
+ * (one POSIX fd per unit, kept open by the exporter until deregistration),
+ * the importer takes the fds with pidfd_getfd, maps the units back to back
+ * into one range (span_vmm_import.h), and the twin's zcopy ops copy through
+ * that mapping with the driver (span_cuda_copy.h, span_rocm_copy.h).
+ * pidfd_getfd needs ptrace attach rights over the exporter, as cuda_ipc's
+ * own path does.
+ *
+ * Each unit is exported once however many registrations cover it, and
+ * withdrawn at the last deregistration or when the memory is unmapped
+ * (span_vmm_export.h); the exporter's export table tells an importer
+ * whether a descriptor number still is the export its key names.
  *
  * A unit's key (span_vmm_key_t, in this process's byte order: keys
  * cross to a peer only inside a span rkey, span_rkey.c, or a spill slot of
  * the same node):
  *   magic     SPAN_CUDA_VMM_MAGIC, as every export makes it, or
  *             SPAN_ROCM_VMM_MAGIC, as an importer marks the keys of a
- *             rocm_ipc+ rkey (span_rocm_vmm.h)
+ *             rocm_ipc+ rkey (span_vmm_keys_mark): the driver that
+ *             imports the unit
  *   pid       the exporter
  *   fd        its descriptor of the unit's handle
  *   table_fd  its descriptor of its export table
@@ -42,6 +58,17 @@ typedef struct span_vmm_key {
 
 #define SPAN_VMM_KEY_SIZE sizeof(span_vmm_key_t)
 
+/* Marks n keys as units of the driver of magic */
+static inline void span_vmm_keys_mark(span_vmm_key_t *keys, uint32_t n,
+                                      uint32_t magic)
+{
+    uint32_t i;
+
+    for (i = 0; i < n; ++i) {
+        keys[i].magic = magic;
+    }
+}
+
 /* The exporter's units mapped into this process */
 typedef struct span_vmm_map {
     uint64_t base;     /* local address of the extent's first byte */
@@ -51,7 +78,9 @@ typedef struct span_vmm_map {
     uint32_t pid;      /* the exporter, */
     uint64_t pid_ns;
     uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
-    int      rocm;     /* mapped by HIP (span_rocm_vmm.h) */
+    int      rocm;     /* mapped by HIP: ROCm's copy engine serves it */
+    /* the driver's calls that mapped it (span_vmm_import.h) */
+    const struct span_vmm_import_ops *ops;
 } span_vmm_map_t;
 
 static inline int span_vmm_cmp(uint64_t a, uint64_t b)

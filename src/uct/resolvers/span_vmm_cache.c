@@ -15,6 +15,8 @@
 
 #include "span_vmm_cache.h"
 #include "span_vmm_export.h"
+#include "span_vmm_import.h"
+#include "span_vendor.h"
 #include "base/span_fork.h"
 
 #include <ucs/datastruct/list.h>
@@ -86,7 +88,7 @@ static int span_vmm_entry_alive(const span_vmm_entry_t *entry)
 static void span_vmm_entry_free(span_vmm_entry_t *entry)
 {
     if (span_vmm_entry_owned(entry)) {
-        span_cuda_vmm_unmap(&entry->map);
+        span_vmm_unmap(&entry->map);
     }
     span_vmm_table_view_close(&entry->view);
     free(entry);
@@ -171,7 +173,8 @@ static ucs_status_t span_vmm_entry_new(const span_vmm_key_t *keys,
                   geom->num_chunks);
         return UCS_ERR_NO_MEMORY;
     }
-    status = span_cuda_vmm_import(keys, geom, &entry->map);
+    status = span_vmm_import(span_vendor_vmm_import(keys[0].magic), keys,
+                             geom, &entry->map);
     if (status != UCS_OK) {
         free(entry);
         return status;

@@ -18,7 +18,10 @@
 #ifndef SPAN_VMM_CACHE_H_
 #define SPAN_VMM_CACHE_H_
 
-#include "span_cuda_vmm.h"
+#include "span_vmm.h"
+#include "base/span_chunk.h"
+
+#include <ucs/type/status.h>
 
 /* Unused mappings kept */
 #define SPAN_VMM_CACHE_IDLE 8

@@ -75,28 +75,6 @@ ucs_status_t span_vmm_table_take(int pidfd, int table,
                                  const span_vmm_key_t *key,
                                  int *fd_p);
 
-/* What a driver does with the units it imports */
-typedef struct span_vmm_importer {
-    uint32_t magic; /* of the keys it imports */
-    /* Maps the unit of descriptor fd (the caller closes it) at addr */
-    ucs_status_t (*map_fd)(int fd, uint32_t pid, uint64_t addr,
-                           uint64_t size);
-    void         (*unmap)(uint64_t addr, uint64_t size);
-} span_vmm_importer_t;
-
-/* Importer: maps the units the keys name back to back at va, one per chunk
- * of geom, each taken from the exporter only while its table says it is the
- * export its key names, and every key checked to be the importer's, of the
- * exporter and of the size geom makes; maps none where one fails */
-ucs_status_t span_vmm_map_units(const span_vmm_importer_t *importer,
-                                const span_vmm_key_t *keys,
-                                const span_chunk_geom_t *geom, uint64_t va);
-
-/* Unmaps the first count units span_vmm_map_units mapped at va */
-void span_vmm_unmap_units(const span_vmm_importer_t *importer,
-                          const span_chunk_geom_t *geom, uint64_t va,
-                          uint32_t count);
-
 /* Importer: a read-only mapping of an exporter's table, up to the entries
  * of the keys it was opened for */
 typedef struct span_vmm_table_view {

@@ -1,0 +1,67 @@
+/*
+ * The GPU vendors this build has (span_vendor.h).
+ */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "span_vendor.h"
+
+#include <ucs/sys/compiler_def.h>
+#include <stddef.h>
+
+#if HAVE_CUDA
+#include "span_cuda_driver.h"
+#include "span_cuda_vmm.h"
+#include "span_libcuda.h"
+#endif
+#if HAVE_ROCM
+#include "span_librocm.h"
+#include "span_rocm.h"
+#include "span_rocm_vmm.h"
+#endif
+
+static const span_vendor_t span_vendors[] = {
+#if HAVE_CUDA
+    {UCS_MEMORY_TYPE_CUDA, span_libcuda_load, SPAN_LIBCUDA_RESOLVER,
+     &span_cuda_driver_ops, &span_cuda_vmm_export_ops,
+     &span_cuda_vmm_import_ops},
+#endif
+#if HAVE_ROCM
+    {UCS_MEMORY_TYPE_ROCM, span_librocm_load, SPAN_LIBROCM_RESOLVER,
+     &span_rocm_driver_ops, &span_rocm_vmm_export_ops,
+     &span_rocm_vmm_import_ops},
+#endif
+};
+
+const span_vendor_t *span_vendor(ucs_memory_type_t mem_type)
+{
+    size_t i;
+
+    for (i = 0; i < ucs_static_array_size(span_vendors); ++i) {
+        if (span_vendors[i].mem_type == mem_type) {
+            return &span_vendors[i];
+        }
+    }
+    return NULL;
+}
+
+const span_cuda_ops_t *span_vendor_driver(ucs_memory_type_t mem_type)
+{
+    const span_vendor_t *vendor = span_vendor(mem_type);
+
+    return ((vendor != NULL) && vendor->load(vendor->resolver_users)) ?
+           vendor->resolver : NULL;
+}
+
+const span_vmm_import_ops_t *span_vendor_vmm_import(uint32_t magic)
+{
+    size_t i;
+
+    for (i = 0; i < ucs_static_array_size(span_vendors); ++i) {
+        if (span_vendors[i].vmm_import->magic == magic) {
+            return span_vendors[i].vmm_import;
+        }
+    }
+    return NULL;
+}

@@ -16,6 +16,7 @@ extern "C" {
 #include "rocm_emu/hsa_emu.h"
 }
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -454,6 +455,70 @@ TEST_F(rocm_emu, locked_memory_has_an_agent_pointer_of_its_own)
             << "past the end of the locked range";
     EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(agent).type);
+    hsa_signal_destroy(done);
+    EXPECT_EQ(hipSuccess, hipFree(dev));
+}
+
+/* Locks of one host address with different lengths, then an unlock by that
+ * address, as UCX's rocm_copy lock cache does when it locks a range again
+ * with a new length: ROCr keeps one registration per address and length,
+ * and an unlock by an address two of them start at finds neither, so both
+ * stay locked (and reports success). A second lock of the same address and
+ * length is the same registration, which one unlock releases. */
+TEST_F(rocm_emu, unlock_of_an_address_locked_twice_keeps_both)
+{
+    std::vector<hsa_agent_t> list = agents();
+    char *dev = (char*)device_alloc(0, 64 * KiB);
+    /* never unmapped: the two locks outlive the test (as they would in a
+     * real process), and no later buffer may come back at their address */
+    char *host = (char*)mmap(nullptr, 64 * KiB, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) + 100;
+    char *first = nullptr, *second = nullptr, *again = nullptr;
+    hsa_signal_t done;
+
+    ASSERT_EQ(HSA_STATUS_SUCCESS, hsa_signal_create(1, 0, nullptr, &done));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host, 8 * KiB, nullptr, 0, (void**)&first));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host, 32 * KiB, nullptr, 0,
+                                  (void**)&second));
+    if (first != host) { /* HSA_EMU_LOCK_ALIAS: a mapping each */
+        EXPECT_NE(first, second);
+    }
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
+    /* the longer lock, taken last, is whole */
+    fill(host, 32 * KiB, 41);
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_async_copy(dev, list[1], second, list[0],
+                                        32 * KiB, 0, nullptr, done));
+    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
+                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
+    EXPECT_EQ(0u, mismatches(dev, 32 * KiB, 41));
+    /* and so is the first */
+    fill(dev, 8 * KiB, 42);
+    hsa_signal_store_screlease(done, 1);
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_async_copy(first, list[0], dev, list[1], 8 * KiB,
+                                        0, nullptr, done));
+    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
+                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
+    EXPECT_EQ(0u, mismatches(host, 8 * KiB, 42));
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_LOCKED, pointer_info(second).type)
+            << "a second unlock finds neither either";
+
+    /* one address and length locked twice: one registration */
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host + 40 * KiB, 4 * KiB, nullptr, 0,
+                                  (void**)&first));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host + 40 * KiB, 4 * KiB, nullptr, 0,
+                                  (void**)&again));
+    EXPECT_EQ(first, again);
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host + 40 * KiB));
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(host + 40 * KiB).type);
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host + 40 * KiB))
+            << "nothing locked there: ROCr reports success";
     hsa_signal_destroy(done);
     EXPECT_EQ(hipSuccess, hipFree(dev));
 }

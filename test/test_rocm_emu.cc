@@ -16,6 +16,7 @@ extern "C" {
 #include "rocm_emu/hsa_emu.h"
 }
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -244,6 +245,41 @@ size_t mismatches(const void *ptr, size_t size, uint8_t seed)
     return bad;
 }
 
+/* A device copy of size bytes, waited for where it started: its status */
+hsa_status_t copied(void *dst, hsa_agent_t dst_agent, const void *src,
+                    hsa_agent_t src_agent, size_t size)
+{
+    hsa_signal_t done;
+    hsa_status_t status;
+
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_signal_create(1, 0, nullptr, &done));
+    status = hsa_amd_memory_async_copy(dst, dst_agent, src, src_agent, size, 0,
+                                       nullptr, done);
+    if (status == HSA_STATUS_SUCCESS) {
+        EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ,
+                                               0, UINT64_MAX,
+                                               HSA_WAIT_STATE_BLOCKED));
+    }
+    hsa_signal_destroy(done);
+    return status;
+}
+
+/* Bytes wrong after a device copies size bytes from locked host memory
+ * (host) through its agent pointer into dev, and new ones back the same
+ * way: what a device writes there the CPU reads at the host pointer */
+size_t wrong_both_ways(const std::vector<hsa_agent_t> &list, char *host,
+                       char *agent, char *dev, size_t size, uint8_t seed)
+{
+    size_t wrong;
+
+    fill(host, size, seed);
+    EXPECT_EQ(HSA_STATUS_SUCCESS, copied(dev, list[1], agent, list[0], size));
+    wrong = mismatches(dev, size, seed);
+    fill(dev, size, seed + 1);
+    EXPECT_EQ(HSA_STATUS_SUCCESS, copied(agent, list[0], dev, list[1], size));
+    return wrong + mismatches(host, size, seed + 1);
+}
+
 TEST_F(rocm_emu, ipc_across_processes)
 {
     char *a = (char*)device_alloc(1, 3 * MiB);
@@ -386,10 +422,7 @@ TEST_F(rocm_emu, async_copy_of_memory_no_device_reaches)
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_LOCKED, pointer_info(host.data() + 5).type);
     fill(host.data(), host.size(), 77);
     ASSERT_EQ(HSA_STATUS_SUCCESS,
-              hsa_amd_memory_async_copy(dev, list[1], locked, list[0],
-                                        host.size(), 0, nullptr, done));
-    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
-                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
+              copied(dev, list[1], locked, list[0], host.size()));
     EXPECT_EQ(0u, mismatches(dev, 64 * KiB, 77));
     EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host.data()));
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(host.data()).type);
@@ -426,25 +459,8 @@ TEST_F(rocm_emu, locked_memory_has_an_agent_pointer_of_its_own)
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN,
               pointer_info(agent + 64 * KiB).type) << "past its end";
 
-    /* host to device through the agent pointer */
-    fill(host, 64 * KiB, 31);
-    ASSERT_EQ(HSA_STATUS_SUCCESS,
-              hsa_amd_memory_async_copy(dev, list[1], agent, list[0],
-                                        64 * KiB, 0, nullptr, done));
-    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
-                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
-    EXPECT_EQ(0u, mismatches(dev, 64 * KiB, 31));
-    /* device to host: the CPU reads it at the host pointer */
-    fill(dev, 64 * KiB, 32);
-    hsa_signal_store_screlease(done, 1);
-    ASSERT_EQ(HSA_STATUS_SUCCESS,
-              hsa_amd_memory_async_copy(agent, list[0], dev, list[1],
-                                        64 * KiB, 0, nullptr, done));
-    EXPECT_EQ(0, hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0,
-                                           UINT64_MAX, HSA_WAIT_STATE_BLOCKED));
-    EXPECT_EQ(0u, mismatches(host, 64 * KiB, 32));
+    EXPECT_EQ(0u, wrong_both_ways(list, host, agent, dev, 64 * KiB, 31));
     /* the host pointer is no address of the device's */
-    hsa_signal_store_screlease(done, 1);
     EXPECT_EQ(HSA_STATUS_ERROR_INVALID_ARGUMENT,
               hsa_amd_memory_async_copy(dev, list[1], host, list[0],
                                         64 * KiB, 0, nullptr, done));
@@ -455,6 +471,53 @@ TEST_F(rocm_emu, locked_memory_has_an_agent_pointer_of_its_own)
     EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
     EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(agent).type);
     hsa_signal_destroy(done);
+    EXPECT_EQ(hipSuccess, hipFree(dev));
+}
+
+/* Locks of one host address with different lengths, then an unlock by that
+ * address, as UCX's rocm_copy lock cache does when it locks a range again
+ * with a new length: ROCr keeps one registration per address and length,
+ * and an unlock by an address two of them start at finds neither, so both
+ * stay locked (and reports success). A second lock of the same address and
+ * length is the same registration, which one unlock releases. */
+TEST_F(rocm_emu, unlock_of_an_address_locked_twice_keeps_both)
+{
+    std::vector<hsa_agent_t> list = agents();
+    char *dev = (char*)device_alloc(0, 64 * KiB);
+    /* never unmapped: the two locks outlive the test (as they would in a
+     * real process), and no later buffer may come back at their address */
+    char *host = (char*)mmap(nullptr, 64 * KiB, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) + 100;
+    char *first = nullptr, *second = nullptr, *again = nullptr;
+
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host, 8 * KiB, nullptr, 0, (void**)&first));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host, 32 * KiB, nullptr, 0,
+                                  (void**)&second));
+    if (first != host) { /* HSA_EMU_LOCK_ALIAS: a mapping each */
+        EXPECT_NE(first, second);
+    }
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
+    /* the longer lock, taken last, is whole, and so is the first */
+    EXPECT_EQ(0u, wrong_both_ways(list, host, second, dev, 32 * KiB, 41));
+    EXPECT_EQ(0u, wrong_both_ways(list, host, first, dev, 8 * KiB, 43));
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host));
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_LOCKED, pointer_info(second).type)
+            << "a second unlock finds neither either";
+
+    /* one address and length locked twice: one registration */
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host + 40 * KiB, 4 * KiB, nullptr, 0,
+                                  (void**)&first));
+    ASSERT_EQ(HSA_STATUS_SUCCESS,
+              hsa_amd_memory_lock(host + 40 * KiB, 4 * KiB, nullptr, 0,
+                                  (void**)&again));
+    EXPECT_EQ(first, again);
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host + 40 * KiB));
+    EXPECT_EQ(HSA_EXT_POINTER_TYPE_UNKNOWN, pointer_info(host + 40 * KiB).type);
+    EXPECT_EQ(HSA_STATUS_SUCCESS, hsa_amd_memory_unlock(host + 40 * KiB))
+            << "nothing locked there: ROCr reports success";
     EXPECT_EQ(hipSuccess, hipFree(dev));
 }
 

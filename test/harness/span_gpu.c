@@ -11,6 +11,7 @@
 #include "span_gpu.h"
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,13 @@ typedef struct {
     /* from the device's stream-ordered pool, synchronized; NULL: none */
     ucs_status_t      (*alloc_async)(size_t length, void **ptr);
     void              (*free_async)(void *ptr);
-    /* VMM: a range of addresses, a new handle mapped into it, access */
+    /* VMM: a range of addresses, a new handle of physical memory (the
+     * runtime's handle, held in 64 bits), mapped into it, dropped (a
+     * mapping holds it), access; span_gpu_map_handle() is the sequence */
     ucs_status_t      (*reserve)(size_t size, void *at, void **ptr);
-    ucs_status_t      (*map_handle)(void *at, size_t size);
+    ucs_status_t      (*create_handle)(size_t size, uint64_t *handle);
+    ucs_status_t      (*map)(void *at, size_t size, uint64_t handle);
+    void              (*release_handle)(uint64_t handle);
     ucs_status_t      (*set_access)(void *ptr, size_t size);
     void              (*release)(void *ptr, size_t size); /* unmap, free */
     ucs_status_t      (*copy)(void *dst, const void *src, size_t length);
@@ -62,22 +67,24 @@ typedef struct {
 
 /* The calls of a backend, named span_gpu_<_p>_<op> */
 #define SPAN_GPU_CALLS(_p) \
-    .libs         = span_gpu_##_p##_libs, \
-    .symbols      = span_gpu_##_p##_symbols, \
-    .symbol_count = SPAN_GPU_COUNT(span_gpu_##_p##_symbols), \
-    .fn           = (void**)&span_gpu_##_p, \
-    .device_count = span_gpu_##_p##_device_count, \
-    .set_device   = span_gpu_##_p##_set_device, \
-    .granularity  = span_gpu_##_p##_granularity, \
-    .alloc        = span_gpu_##_p##_alloc, \
-    .free         = span_gpu_##_p##_free, \
-    .reserve      = span_gpu_##_p##_reserve, \
-    .map_handle   = span_gpu_##_p##_map_handle, \
-    .set_access   = span_gpu_##_p##_set_access, \
-    .release      = span_gpu_##_p##_release, \
-    .copy         = span_gpu_##_p##_copy, \
-    .sync         = span_gpu_##_p##_sync, \
-    .range        = span_gpu_##_p##_range
+    .libs           = span_gpu_##_p##_libs, \
+    .symbols        = span_gpu_##_p##_symbols, \
+    .symbol_count   = SPAN_GPU_COUNT(span_gpu_##_p##_symbols), \
+    .fn             = (void**)&span_gpu_##_p, \
+    .device_count   = span_gpu_##_p##_device_count, \
+    .set_device     = span_gpu_##_p##_set_device, \
+    .granularity    = span_gpu_##_p##_granularity, \
+    .alloc          = span_gpu_##_p##_alloc, \
+    .free           = span_gpu_##_p##_free, \
+    .reserve        = span_gpu_##_p##_reserve, \
+    .create_handle  = span_gpu_##_p##_create_handle, \
+    .map            = span_gpu_##_p##_map, \
+    .release_handle = span_gpu_##_p##_release_handle, \
+    .set_access     = span_gpu_##_p##_set_access, \
+    .release        = span_gpu_##_p##_release, \
+    .copy           = span_gpu_##_p##_copy, \
+    .sync           = span_gpu_##_p##_sync, \
+    .range          = span_gpu_##_p##_range
 
 #define SPAN_GPU_FN(_name)     typeof(_name) *_name
 #define SPAN_GPU_OK(_expr, _success) \
@@ -208,18 +215,26 @@ static ucs_status_t span_gpu_cu_reserve(size_t size, void *at, void **ptr)
     return UCS_OK;
 }
 
-static ucs_status_t span_gpu_cu_map_handle(void *at, size_t size)
+static ucs_status_t span_gpu_cu_create_handle(size_t size, uint64_t *handle)
 {
-    CUmemGenericAllocationHandle handle;
-    CUresult res;
+    CUmemGenericAllocationHandle cu_handle = 0;
+    CUresult res = span_gpu_cu.cuMemCreate(&cu_handle, size,
+                                           &span_gpu_cu_prop, 0);
 
-    if (span_gpu_cu.cuMemCreate(&handle, size, &span_gpu_cu_prop, 0) !=
-        CUDA_SUCCESS) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    res = span_gpu_cu.cuMemMap((CUdeviceptr)at, size, 0, handle, 0);
-    span_gpu_cu.cuMemRelease(handle); /* the mapping holds it */
+    *handle = cu_handle;
     return SPAN_GPU_MEM_OK(res, CUDA_SUCCESS);
+}
+
+static ucs_status_t span_gpu_cu_map(void *at, size_t size, uint64_t handle)
+{
+    return SPAN_GPU_MEM_OK(span_gpu_cu.cuMemMap((CUdeviceptr)at, size, 0,
+                                                handle, 0),
+                           CUDA_SUCCESS);
+}
+
+static void span_gpu_cu_release_handle(uint64_t handle)
+{
+    span_gpu_cu.cuMemRelease(handle);
 }
 
 static ucs_status_t span_gpu_cu_set_access(void *ptr, size_t size)
@@ -360,18 +375,33 @@ static ucs_status_t span_gpu_hip_reserve(size_t size, void *at, void **ptr)
                            hipSuccess);
 }
 
-static ucs_status_t span_gpu_hip_map_handle(void *at, size_t size)
+/* HIP's handle is a pointer, held in the 64 bits */
+static hipMemGenericAllocationHandle_t span_gpu_hip_handle(uint64_t handle)
 {
-    hipMemGenericAllocationHandle_t handle;
-    hipError_t res;
+    return (hipMemGenericAllocationHandle_t)(uintptr_t)handle;
+}
 
-    if (span_gpu_hip.hipMemCreate(&handle, size, &span_gpu_hip_prop, 0) !=
-        hipSuccess) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    res = span_gpu_hip.hipMemMap(at, size, 0, handle, 0);
-    span_gpu_hip.hipMemRelease(handle); /* the mapping holds it */
+static ucs_status_t span_gpu_hip_create_handle(size_t size, uint64_t *handle)
+{
+    hipMemGenericAllocationHandle_t hip_handle = NULL;
+    hipError_t res = span_gpu_hip.hipMemCreate(&hip_handle, size,
+                                               &span_gpu_hip_prop, 0);
+
+    *handle = (uintptr_t)hip_handle;
     return SPAN_GPU_MEM_OK(res, hipSuccess);
+}
+
+static ucs_status_t span_gpu_hip_map(void *at, size_t size, uint64_t handle)
+{
+    return SPAN_GPU_MEM_OK(span_gpu_hip.hipMemMap(at, size, 0,
+                                                  span_gpu_hip_handle(handle),
+                                                  0),
+                           hipSuccess);
+}
+
+static void span_gpu_hip_release_handle(uint64_t handle)
+{
+    span_gpu_hip.hipMemRelease(span_gpu_hip_handle(handle));
 }
 
 static ucs_status_t span_gpu_hip_set_access(void *ptr, size_t size)
@@ -549,6 +579,22 @@ ucs_memory_type_t span_gpu_memory_type(void)
     return span_gpu_backend()->mem_type;
 }
 
+/* A new handle of size bytes mapped at at */
+static ucs_status_t span_gpu_map_handle(span_gpu_backend_t *b, void *at,
+                                        size_t size)
+{
+    ucs_status_t status;
+    uint64_t handle;
+
+    status = b->create_handle(size, &handle);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = b->map(at, size, handle);
+    b->release_handle(handle); /* the mapping holds it */
+    return status;
+}
+
 /* Handles of length / handles bytes (rounded up to the granularity) mapped
  * back to back into one reserved range */
 static ucs_status_t span_gpu_vmm_alloc(span_gpu_backend_t *b, size_t length,
@@ -568,7 +614,8 @@ static ucs_status_t span_gpu_vmm_alloc(span_gpu_backend_t *b, size_t length,
         return UCS_ERR_NO_MEMORY;
     }
     for (i = 0; i < handles; ++i) {
-        if (b->map_handle((char*)buf->ptr + (i * hsize), hsize) != UCS_OK) {
+        if (span_gpu_map_handle(b, (char*)buf->ptr + (i * hsize), hsize) !=
+            UCS_OK) {
             goto err;
         }
     }

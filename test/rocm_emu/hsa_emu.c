@@ -1278,6 +1278,7 @@ static hsa_status_t emu_lock(void *host_ptr, size_t size, int hip_device,
     emu_rec_t rec = {.kind = HSA_EMU_LOCKED, .device = -1, .memfd = -1,
                      .arena = -1, .hip_device = hip_device};
     uint64_t offset = (uintptr_t)host_ptr & (EMU_PAGE - 1), page;
+    size_t i;
 
     if ((host_ptr == NULL) || (size == 0) || (agent_ptr == NULL) ||
         emu_in_any_arena((uintptr_t)host_ptr) ||
@@ -1290,6 +1291,16 @@ static hsa_status_t emu_lock(void *host_ptr, size_t size, int hip_device,
     rec.base  = (uintptr_t)host_ptr;
     rec.size  = size;
     rec.agent = rec.base;
+    /* The real runtime's thunk keeps one registration per host address and
+     * length: locking the same range again counts it again and maps the
+     * same pages at the same agent address */
+    for (i = 0; i < emu.num_locked; ++i) {
+        if ((emu.locked[i].base == rec.base) &&
+            (emu.locked[i].size == rec.size)) {
+            *agent_ptr = (void*)emu.locked[i].agent;
+            return HSA_STATUS_SUCCESS;
+        }
+    }
     if (emu.lock_alias) {
         if (emu_place(EMU_ARENA_AGENT, emu_round(offset + size) + EMU_PAGE,
                       EMU_PAGE, &page) != 0) {
@@ -1346,16 +1357,32 @@ int hsa_emu_host_unregister(void *host_ptr)
     return ret;
 }
 
+/*
+ * Unlocks by host address, as ROCr does: its thunk looks the registration
+ * up by that address alone, and where two locks of different lengths start
+ * there (two registrations: the thunk tells them apart by address and
+ * length) the look-up matches neither, so neither is unmapped nor
+ * released; ROCr ignores the thunk's answer and reports success, also for
+ * an address nothing locked. Both locks stay usable. (Where the thunk
+ * registers through KFD's SVM interface, the agent pointer being the host
+ * pointer, an unlock releases nothing at all: the model here is the
+ * stricter of the two.) UCX's rocm_copy lock cache relies on this: it
+ * locks a range again with a new length and then unlocks the old entry
+ * by its address, which is the same.
+ */
 hsa_status_t hsa_amd_memory_unlock(void *host_ptr)
 {
-    size_t i;
+    size_t i, found = 0, at = 0;
 
     EMU_ENTER("hsa_amd_memory_unlock")
-    for (i = emu.num_locked; i-- > 0;) {
+    for (i = 0; i < emu.num_locked; ++i) {
         if (emu.locked[i].base == (uintptr_t)host_ptr) {
-            emu.locked[i] = emu.locked[--emu.num_locked];
-            break;
+            at = i;
+            ++found;
         }
+    }
+    if (found == 1) {
+        emu.locked[at] = emu.locked[--emu.num_locked];
     }
     EMU_RETURN(HSA_STATUS_SUCCESS);
 }

@@ -33,8 +33,32 @@ static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
     return (const span_rkey_t*)rkey;
 }
 
+/* Adds the length x count bytes of iov to *total_p; 0 where they wrap */
+static UCS_F_ALWAYS_INLINE int
+span_iov_add_bytes(const uct_iov_t *iov, size_t *total_p)
+{
+    size_t bytes;
+
+    return !__builtin_mul_overflow(iov->length, iov->count, &bytes) &&
+           !__builtin_add_overflow(*total_p, bytes, total_p);
+}
+
+/* The bytes of iov, or SIZE_MAX, which no range holds, where they wrap */
+static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
+{
+    size_t i, total = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        if (!span_iov_add_bytes(&iov[i], &total)) {
+            return SIZE_MAX;
+        }
+    }
+    return total;
+}
+
 /* Copies iov with inner memhs; the bytes it covers, or SIZE_MAX when an
- * entry crosses a local chunk end (or there are too many entries). Entries
+ * entry crosses a local chunk end, the bytes wrap (or there are too many
+ * entries). Entries
  * of one memh of one inner handle, the common case, translate it once: it
  * holds every byte (avail UINT64_MAX), so they cross no end. */
 static UCS_F_ALWAYS_INLINE size_t
@@ -60,7 +84,9 @@ span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
             }
         }
         dst[i].memh = inner;
-        total      += src[i].length * src[i].count;
+        if (ucs_unlikely(!span_iov_add_bytes(&src[i], &total))) {
+            return SIZE_MAX; /* span_iov_length refuses it */
+        }
     }
     return total;
 }
@@ -74,15 +100,6 @@ static ucs_status_t span_iov_refused(const uct_iov_t *iov, size_t iovcnt)
     return UCS_ERR_UNSUPPORTED;
 }
 
-static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
-{
-    size_t i, total = 0;
-
-    for (i = 0; i < iovcnt; ++i) {
-        total += iov[i].length * iov[i].count;
-    }
-    return total;
-}
 
 /* The inner rkey of an access inside a range registered through one
  * chunk: the common case, checked with one add and one compare

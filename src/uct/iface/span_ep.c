@@ -423,14 +423,72 @@ span_rkey_zcopy_fast(const span_rkey_t *rkey, uint64_t addr, uint64_t length)
            (end - 1 < rkey->whole_length);
 }
 
+/* span_rkey_zcopy_fast for iovcnt entries of count 1, from 1 to
+ * SPAN_IOV_MAX (more are split): the bytes add to the offset one entry
+ * at a time, and any carry fails */
+static UCS_F_ALWAYS_INLINE int
+span_rkey_zcopy_iov_fast(const span_rkey_t *rkey, uint64_t addr,
+                         const uct_iov_t *iov, size_t iovcnt)
+{
+    const uct_iov_t *entry = iov, *last = iov + iovcnt;
+    uint64_t end           = addr - rkey->win_base;
+
+    if (iovcnt - 1 >= SPAN_IOV_MAX) {
+        return 0;
+    }
+    do {
+        if (__builtin_add_overflow(end, entry->length, &end) ||
+            (entry->count != 1)) {
+            return 0;
+        }
+    } while (++entry < last);
+    return end - 1 < rkey->whole_length;
+}
+
+/* put or get zcopy of several entries, or of one of another count: as the
+ * fast path of one, where the inner transport reads no local memh; else
+ * the slow version */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_ep_zcopy_iov(uct_ep_h ep, int is_put, const uct_iov_t *iov,
+                  size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                  uct_completion_t *comp)
+{
+    const span_rkey_t *srkey = span_rkey(rkey);
+
+    if (span_iface_memh_unread() &&
+        span_rkey_zcopy_iov_fast(srkey, remote_addr, iov, iovcnt)) {
+        return (is_put ? span_iface_uniform_op(ep_put_zcopy) :
+                         span_iface_uniform_op(ep_get_zcopy))(
+                ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey, comp);
+    }
+    return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
+            ep, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+span_ep_put_zcopy_iov(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp)
+{
+    return span_ep_zcopy_iov(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+span_ep_get_zcopy_iov(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp)
+{
+    return span_ep_zcopy_iov(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
+}
+
 /*
  * put or get zcopy. The common case is this straight line: one local
  * entry, inside the range registered, which one chunk of the rkey serves
  * whole (span_rkey_zcopy_fast). Where the inner transport reads no local
  * memh (span_iface_memh_unread), the caller's iov passes as it is;
- * elsewhere its memh is translated out of line. Every other case, an
- * access out of range included, goes to the slow version, with the same
- * arguments.
+ * elsewhere its memh is translated out of line. Other iovs take a path of
+ * their own; every other case, an access out of range included, goes to
+ * the slow version, with the same arguments.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
@@ -438,8 +496,11 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
 {
     const span_rkey_t *srkey = span_rkey(rkey);
 
-    if (ucs_unlikely((iovcnt != 1) || (iov->count != 1) ||
-                     !span_rkey_zcopy_fast(srkey, remote_addr,
+    if (ucs_unlikely((iovcnt != 1) || (iov->count != 1))) {
+        return (is_put ? span_ep_put_zcopy_iov : span_ep_get_zcopy_iov)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
+    }
+    if (ucs_unlikely(!span_rkey_zcopy_fast(srkey, remote_addr,
                                            iov->length))) {
         return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
                 ep, iov, iovcnt, remote_addr, rkey, comp);

@@ -383,11 +383,8 @@ span_ep_zcopy_memh(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                 ep, iov, iovcnt, remote_addr, rkey, comp);
     }
 
-    inner_iov.buffer = iov->buffer;
-    inner_iov.length = iov->length;
-    inner_iov.memh   = smem->inner[0];
-    inner_iov.stride = iov->stride;
-    inner_iov.count  = 1;
+    inner_iov      = *iov;
+    inner_iov.memh = smem->inner[0];
     return zcopy(ep, &inner_iov, iovcnt, remote_addr, srkey->inner[0].rkey,
                  comp);
 }

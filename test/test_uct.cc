@@ -119,6 +119,52 @@ TEST_P(span_uct, put_get_zcopy)
     dereg(lmemh);
 }
 
+/* An iov of several entries is checked for all its bytes: entries that
+ * each fit but together end past the range, or whose lengths wrap when
+ * added, are refused before the inner transport sees them */
+TEST_P(span_uct, zcopy_of_several_entries_is_checked_whole)
+{
+    if (!(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY)) {
+        GTEST_SKIP() << GetParam() << " has no put_zcopy";
+    }
+    std::vector<uint8_t> local(192);
+    for (size_t i = 0; i < local.size(); ++i) {
+        local[i] = uint8_t(i * 7 + 3);
+    }
+    uct_mem_h lmemh = reg(local.data(), local.size());
+    uct_iov_t iov[3] = {{local.data(), 64, lmemh, 0, 1},
+                        {local.data() + 64, 64, lmemh, 0, 1},
+                        {local.data() + 128, 64, lmemh, 0, 1}};
+    completion c1;
+    wait(uct_ep_put_zcopy(ep, iov, 3, raddr(size - 192), rkey.rkey,
+                          &c1.super), c1);
+    EXPECT_EQ(0, memcmp(local.data(), remote.data() + size - 192, 192));
+
+    if (twin) {
+        log_counter logs;
+        completion c;
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_zcopy(ep, iov, 3, raddr(size - 191), rkey.rkey,
+                                   &c.super));
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_get_zcopy(ep, iov, 3, raddr(size - 128), rkey.rkey,
+                                   &c.super));
+        /* 2^63 + 2^63 + 64 bytes wrap to 64 */
+        uct_iov_t wrap[3] = {{local.data(), 1ull << 63, lmemh, 0, 1},
+                             {local.data(), 1ull << 63, lmemh, 0, 1},
+                             {local.data(), 64, lmemh, 0, 1}};
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_put_zcopy(ep, wrap, 3, raddr(0), rkey.rkey,
+                                   &c.super));
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_ep_get_zcopy(ep, wrap, 3, raddr(0), rkey.rkey,
+                                   &c.super));
+        EXPECT_EQ(4u, logs.count("is outside the registered extent"));
+    }
+    EXPECT_TRUE(guard_intact());
+    dereg(lmemh);
+}
+
 TEST_P(span_uct, atomics)
 {
     if (!(iface_attr.cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_ADD))) {

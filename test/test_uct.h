@@ -266,6 +266,30 @@ struct twin_side {
         EXPECT_EQ(42u, word[0]);
     }
 
+    /* puts src[0..1] into word[] by zero-copy, in one iov entry or two,
+     * from a registration of this twin's MD */
+    void put_zcopy(const uint64_t *src, size_t iovcnt)
+    {
+        uct_mem_h lmemh = UCT_MEM_HANDLE_NULL;
+        ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, (void*)src, sizeof(word),
+                                         UCT_MD_MEM_ACCESS_ALL, &lmemh));
+        uct_iov_t iov[2] = {{(void*)src, sizeof(word) / iovcnt, lmemh, 0, 1},
+                            {(void*)(src + 1), sizeof(word[1]), lmemh, 0, 1}};
+        word[0] = word[1] = 0;
+        completion c;
+        ucs_status_t status = uct_ep_put_zcopy(ep, iov, iovcnt,
+                                               (uintptr_t)word, rkey.rkey,
+                                               &c.super);
+        while ((status == UCS_INPROGRESS) && (c.super.count > 0)) {
+            uct_worker_progress(worker);
+        }
+        EXPECT_EQ(UCS_OK, (status == UCS_INPROGRESS) ? c.super.status :
+                                                       status);
+        EXPECT_EQ(src[0], word[0]);
+        EXPECT_EQ(src[1], word[1]);
+        EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, lmemh));
+    }
+
     uct_component_h     component = NULL;
     uct_md_h            md        = NULL;
     ucs_async_context_t *async    = NULL;

@@ -42,6 +42,43 @@ TEST_P(span_uct_mixed, one_access_ops_beside_a_twin_of_another_transport)
 INSTANTIATE_TEST_SUITE_P(twin, span_uct_mixed,
                          ::testing::Values("self+", "strict+"));
 
+/* A twin whose transport reads no local memh (cma+) hands it the caller's
+ * iov, twin memhs and all, only while no open twin's transport reads them:
+ * beside strict+, which checks every local memh as a NIC does, opened
+ * before it or after, each twin's zero-copy ops translate them and move
+ * their bytes, in one iov entry or two */
+class span_uct_mixed_zcopy : public span_uct {
+};
+
+TEST_P(span_uct_mixed_zcopy, memhs_are_translated_beside_a_twin_that_reads_them)
+{
+    const char *other = (std::string(GetParam()) == "cma+") ? "strict+" :
+                                                              "cma+";
+    std::vector<uint8_t> local(256);
+    uct_mem_h lmemh = reg(local.data(), local.size());
+    twin_side side(other);
+    ASSERT_NE(nullptr, side.ep) << other;
+    for (size_t iovcnt = 1; iovcnt <= 2; ++iovcnt) {
+        uint64_t src[2] = {iovcnt * 10 + 1, iovcnt * 10 + 2};
+        side.put_zcopy(src, iovcnt);
+
+        for (size_t i = 0; i < local.size(); ++i) {
+            local[i] = uint8_t(i * 5 + iovcnt);
+        }
+        uct_iov_t iov[2] = {{local.data(), local.size() / iovcnt, lmemh, 0, 1},
+                            {local.data() + 128, 128, lmemh, 0, 1}};
+        completion c;
+        wait(uct_ep_put_zcopy(ep, iov, iovcnt, raddr(0), rkey.rkey,
+                              &c.super), c);
+        EXPECT_EQ(0, memcmp(local.data(), remote.data(), local.size()));
+    }
+    EXPECT_TRUE(guard_intact());
+    dereg(lmemh);
+}
+
+INSTANTIATE_TEST_SUITE_P(twin, span_uct_mixed_zcopy,
+                         ::testing::Values("cma+", "strict+"));
+
 
 /*
  * The table that finds a twin iface's state: every open takes a slot, every

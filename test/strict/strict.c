@@ -9,6 +9,8 @@
  * outside the rkey's extent, whose key does not match it or which the
  * registration's access flags do not allow (an atomic on a region
  * registered for RMA only), with UCS_ERR_IO_ERROR as a NIC's remote access
+ * error; a zero-copy op whose local memh is neither NULL nor one of its
+ * registrations holding the entry fails too, as a NIC's local protection
  * error. Its 64-bit atomics act on this process's memory: they serve the
  * UCT tests (one process) and are not advertised, so that UCP between
  * processes never picks them.
@@ -373,13 +375,41 @@ static ucs_status_t strict_check(uint64_t addr, size_t length,
     return UCS_OK;
 }
 
+/* A NIC's local protection check: an entry's memh, where not NULL (the MD
+ * needs none), must be one of this MD's registrations and hold the entry's
+ * bytes: a handle of another MD (a twin's, untranslated) fails */
+static ucs_status_t strict_check_local(const uct_iov_t *iov, const char *op)
+{
+    const strict_region_t *region = iov->memh;
+    uint64_t start                = (uintptr_t)iov->buffer;
+    uint64_t span                 = (iov->count == 0) ? 0 :
+                                    (iov->stride * (iov->count - 1)) +
+                                    iov->length;
+
+    if ((region == NULL) ||
+        ((region->key == strict_key(region->base, region->length)) &&
+         (start >= region->base) && (span <= region->length) &&
+         (start - region->base <= region->length - span))) {
+        return UCS_OK;
+    }
+    ucs_error("strict: local protection error: %s of [%p, +%" PRIu64 ") "
+              "with memh %p, which is not a registration of strict that "
+              "holds it", op, iov->buffer, span, iov->memh);
+    return UCS_ERR_IO_ERROR;
+}
+
 static ucs_status_t strict_check_iov(const uct_iov_t *iov, size_t iovcnt,
                                      uint64_t addr, uct_rkey_t rkey,
                                      uint32_t access, const char *op)
 {
     size_t i, length = 0;
+    ucs_status_t status;
 
     for (i = 0; i < iovcnt; ++i) {
+        status = strict_check_local(&iov[i], op);
+        if (status != UCS_OK) {
+            return status;
+        }
         length += iov[i].length * iov[i].count;
     }
     return strict_check(addr, length, rkey, access, op);

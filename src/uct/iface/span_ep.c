@@ -33,8 +33,32 @@ static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
     return (const span_rkey_t*)rkey;
 }
 
+/* Adds the length x count bytes of iov to *total_p; 0 where they wrap */
+static UCS_F_ALWAYS_INLINE int
+span_iov_add_bytes(const uct_iov_t *iov, size_t *total_p)
+{
+    size_t bytes;
+
+    return !__builtin_mul_overflow(iov->length, iov->count, &bytes) &&
+           !__builtin_add_overflow(*total_p, bytes, total_p);
+}
+
+/* The bytes of iov, or SIZE_MAX, which no range holds, where they wrap */
+static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
+{
+    size_t i, total = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        if (!span_iov_add_bytes(&iov[i], &total)) {
+            return SIZE_MAX;
+        }
+    }
+    return total;
+}
+
 /* Copies iov with inner memhs; the bytes it covers, or SIZE_MAX when an
- * entry crosses a local chunk end (or there are too many entries). Entries
+ * entry crosses a local chunk end, the bytes wrap (or there are too many
+ * entries). Entries
  * of one memh of one inner handle, the common case, translate it once: it
  * holds every byte (avail UINT64_MAX), so they cross no end. */
 static UCS_F_ALWAYS_INLINE size_t
@@ -60,7 +84,9 @@ span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
             }
         }
         dst[i].memh = inner;
-        total      += src[i].length * src[i].count;
+        if (ucs_unlikely(!span_iov_add_bytes(&src[i], &total))) {
+            return SIZE_MAX; /* span_iov_length refuses it */
+        }
     }
     return total;
 }
@@ -74,15 +100,6 @@ static ucs_status_t span_iov_refused(const uct_iov_t *iov, size_t iovcnt)
     return UCS_ERR_UNSUPPORTED;
 }
 
-static size_t span_iov_length(const uct_iov_t *iov, size_t iovcnt)
-{
-    size_t i, total = 0;
-
-    for (i = 0; i < iovcnt; ++i) {
-        total += iov[i].length * iov[i].count;
-    }
-    return total;
-}
 
 /* The inner rkey of an access inside a range registered through one
  * chunk: the common case, checked with one add and one compare
@@ -108,12 +125,12 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
 
 /*
  * The ops that make one access of _length bytes at remote_addr (short,
- * bcopy gets, atomics): where every twin that has the op has the same inner
- * one and the access lies in an extent of one chunk, the fast version
- * calls the inner op with no lookup and no stack frame of its own; every
- * other case takes the slow version, which checks chunks and finds the
- * iface in the table. The arguments after _params name the inner op's,
- * with key for the rkey.
+ * bcopy gets, atomics): where the access lies in an extent of one chunk,
+ * the fast version calls the uniform op (the inner op, with no lookup
+ * where every twin that has the op has the same one) with no stack frame
+ * of its own; every other case takes the slow version, which checks chunks
+ * and finds the iface in the table. The arguments after _params name the
+ * inner op's, with key for the rkey.
  */
 #define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
     static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \
@@ -131,14 +148,11 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
     \
     static ucs_status_t span_ep_##_op _params \
     { \
-        __typeof__(span_iface_uniform_ops.ep_##_op) inner_op = \
-                span_iface_uniform_op(ep_##_op); \
         uct_rkey_t key; \
         \
-        if (ucs_likely((inner_op != NULL) && \
-                       span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
+        if (ucs_likely(span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
                                             _length, &key))) { \
-            return inner_op(__VA_ARGS__); \
+            return span_iface_uniform_op(ep_##_op)(__VA_ARGS__); \
         } \
         key = rkey; \
         return span_ep_##_op##_slow(__VA_ARGS__); \
@@ -301,7 +315,6 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
     const span_rkey_t *srkey = span_rkey(rkey);
     uct_iov_t inner_iov[SPAN_IOV_MAX];
     size_t length = span_iov_translate(inner_iov, iov, iovcnt);
-    const uct_iface_ops_t *ops;
     uct_ep_put_zcopy_func_t zcopy;
     uct_rkey_t inner;
     uint64_t avail;
@@ -317,10 +330,6 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
         if (ucs_likely(length <= avail)) {
             zcopy = is_put ? span_iface_uniform_op(ep_put_zcopy) :
                              span_iface_uniform_op(ep_get_zcopy);
-            if (zcopy == NULL) {
-                ops   = &span_iface_get(ep->iface)->ops;
-                zcopy = is_put ? ops->ep_put_zcopy : ops->ep_get_zcopy;
-            }
             return zcopy(ep, inner_iov, iovcnt, remote_addr, inner, comp);
         }
     }
@@ -345,20 +354,18 @@ span_ep_get_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
 }
 
 /*
- * put or get zcopy. The common case is this straight line: one inner op
- * for every twin that has it, one local entry, bytes inside the range
- * registered, which one chunk of the rkey serves whole. An address below
- * the base wraps the offset; the add carries or ends past the range; an
- * empty op (end - 1 wraps) and any op with another rkey (whole_length 0)
- * fail the compare. A local handle that is not a twin's (NULL, the inner
- * MD's own: uct_iface_mem_alloc on the twin iface) passes as it is, in the
- * caller's iov; a twin's of at most one inner registration is replaced in
- * a copy. Every other case, an access out of range included, goes to the
- * slow version, with the same arguments.
+ * put or get zcopy of one local entry inside the range registered, which
+ * one chunk of the rkey serves whole, by a transport that may read local
+ * memhs: a local handle that is not a twin's (NULL, the inner MD's own:
+ * uct_iface_mem_alloc on the twin iface) passes as it is, in the caller's
+ * iov; a twin's of at most one inner registration is replaced in a copy;
+ * one of several goes to the slow version. Out of line, so that the fast
+ * path needs no stack frame.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
-              uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+span_ep_zcopy_memh(uct_ep_h ep, int is_put, const uct_iov_t *iov,
+                   size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                   uct_completion_t *comp)
 {
     const span_rkey_t *srkey      = span_rkey(rkey);
     const span_memh_t *smem       = iov->memh;
@@ -366,32 +373,142 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
                                     span_iface_uniform_op(ep_put_zcopy) :
                                     span_iface_uniform_op(ep_get_zcopy);
     uct_iov_t inner_iov;
-    uint64_t end;
-
-    if (ucs_unlikely((iovcnt != 1) || (iov->count != 1) ||
-                     __builtin_add_overflow(remote_addr - srkey->win_base,
-                                            iov->length, &end) ||
-                     (end - 1 >= srkey->whole_length) || (zcopy == NULL))) {
-        goto slow;
-    }
 
     if (!span_memh_is_ours(iov->memh)) {
-        return zcopy(ep, iov, 1, remote_addr, srkey->inner[0].rkey, comp);
+        return zcopy(ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey,
+                     comp);
     }
     if (ucs_unlikely(smem->num_inner > 1)) {
-        goto slow;
+        return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
     }
 
-    inner_iov.buffer = iov->buffer;
-    inner_iov.length = iov->length;
-    inner_iov.memh   = smem->inner[0];
-    inner_iov.stride = iov->stride;
-    inner_iov.count  = 1;
-    return zcopy(ep, &inner_iov, 1, remote_addr, srkey->inner[0].rkey, comp);
+    inner_iov      = *iov;
+    inner_iov.memh = smem->inner[0];
+    return zcopy(ep, &inner_iov, iovcnt, remote_addr, srkey->inner[0].rkey,
+                 comp);
+}
 
-slow:
+/* The same arguments as the op's, which its fast path passes on in place */
+static UCS_F_NOINLINE ucs_status_t
+span_ep_put_zcopy_memh(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                       uint64_t remote_addr, uct_rkey_t rkey,
+                       uct_completion_t *comp)
+{
+    return span_ep_zcopy_memh(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+span_ep_get_zcopy_memh(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                       uint64_t remote_addr, uct_rkey_t rkey,
+                       uct_completion_t *comp)
+{
+    return span_ep_zcopy_memh(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+/* Whether a zero-copy access of length bytes at addr lies in the range
+ * registered, which one chunk of the rkey serves whole: an address below
+ * the base wraps the offset; the add carries or ends past the range; an
+ * empty op (end - 1 wraps) and any op with another rkey (whole_length 0)
+ * fail the compare */
+static UCS_F_ALWAYS_INLINE int
+span_rkey_zcopy_fast(const span_rkey_t *rkey, uint64_t addr, uint64_t length)
+{
+    uint64_t end;
+
+    return !__builtin_add_overflow(addr - rkey->win_base, length, &end) &&
+           (end - 1 < rkey->whole_length);
+}
+
+/* span_rkey_zcopy_fast for iovcnt entries of count 1, from 1 to
+ * SPAN_IOV_MAX (more are split): the bytes add to the offset one entry
+ * at a time, and any carry fails */
+static UCS_F_ALWAYS_INLINE int
+span_rkey_zcopy_iov_fast(const span_rkey_t *rkey, uint64_t addr,
+                         const uct_iov_t *iov, size_t iovcnt)
+{
+    const uct_iov_t *entry = iov, *last = iov + iovcnt;
+    uint64_t end           = addr - rkey->win_base;
+
+    if (iovcnt - 1 >= SPAN_IOV_MAX) {
+        return 0;
+    }
+    do {
+        if (__builtin_add_overflow(end, entry->length, &end) ||
+            (entry->count != 1)) {
+            return 0;
+        }
+    } while (++entry < last);
+    return end - 1 < rkey->whole_length;
+}
+
+/* put or get zcopy of several entries, or of one of another count: as the
+ * fast path of one, where the inner transport reads no local memh; else
+ * the slow version */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_ep_zcopy_iov(uct_ep_h ep, int is_put, const uct_iov_t *iov,
+                  size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                  uct_completion_t *comp)
+{
+    const span_rkey_t *srkey = span_rkey(rkey);
+
+    if (span_iface_memh_unread() &&
+        span_rkey_zcopy_iov_fast(srkey, remote_addr, iov, iovcnt)) {
+        return (is_put ? span_iface_uniform_op(ep_put_zcopy) :
+                         span_iface_uniform_op(ep_get_zcopy))(
+                ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey, comp);
+    }
     return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
             ep, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+span_ep_put_zcopy_iov(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp)
+{
+    return span_ep_zcopy_iov(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+span_ep_get_zcopy_iov(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp)
+{
+    return span_ep_zcopy_iov(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
+}
+
+/*
+ * put or get zcopy. The common case is this straight line: one local
+ * entry, inside the range registered, which one chunk of the rkey serves
+ * whole (span_rkey_zcopy_fast). Where the inner transport reads no local
+ * memh (span_iface_memh_unread), the caller's iov passes as it is;
+ * elsewhere its memh is translated out of line. Other iovs take a path of
+ * their own; every other case, an access out of range included, goes to
+ * the slow version, with the same arguments.
+ */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
+              uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    const span_rkey_t *srkey = span_rkey(rkey);
+
+    if (ucs_unlikely((iovcnt != 1) || (iov->count != 1))) {
+        return (is_put ? span_ep_put_zcopy_iov : span_ep_get_zcopy_iov)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
+    }
+    if (ucs_unlikely(!span_rkey_zcopy_fast(srkey, remote_addr,
+                                           iov->length))) {
+        return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
+    }
+    if (!span_iface_memh_unread()) {
+        return (is_put ? span_ep_put_zcopy_memh : span_ep_get_zcopy_memh)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
+    }
+    return (is_put ? span_iface_uniform_op(ep_put_zcopy) :
+                     span_iface_uniform_op(ep_get_zcopy))(
+            ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey, comp);
 }
 
 UCS_PROFILE_FUNC(ucs_status_t, span_ep_put_zcopy,

@@ -220,6 +220,16 @@ static int span_iface_put_zcopy_any(const char *inner_tl,
            (attr->cap.put.min_zcopy != 0);
 }
 
+/* Whether the inner transport reads no local memh: its MD neither
+ * registers nor allocates, so every memh UCP or the iface hands it is
+ * UCT_MEM_HANDLE_NULL (cma: scopy copies the iov's buffers and lengths).
+ * Its twin then passes a twin memh as it is, where it would pass NULL. */
+static int span_iface_md_memh_unread(const span_md_t *smd)
+{
+    return !(smd->inner_attr.flags &
+             (UCT_MD_FLAG_REG | UCT_MD_FLAG_ALLOC | UCT_MD_FLAG_NEED_MEMH));
+}
+
 /* An op the inner transport lacks (NULL) stays absent in the twin */
 #define SPAN_IFACE_PATCH(_ops, _name, _func) \
     if ((_ops)->_name != NULL) { \
@@ -263,6 +273,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->get_max_zcopy = span_iface_get_max_zcopy(inner_tl, &attr);
     siface->copy_ops    = span_vmm_copy_vendor(smd->dev_mem_type);
     siface->put_zcopy_any = span_iface_put_zcopy_any(inner_tl, &attr);
+    siface->memh_unread = span_iface_md_memh_unread(smd);
     siface->copy        = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_table_insert(iface, siface);

@@ -36,41 +36,120 @@ static void UCS_F_CTOR span_iface_fork_register(void)
 
 /*
  * Written under the lock, as twins join: an op takes the inner op of the
- * first twin that has it, and keeps it, or becomes NULL for good once a
- * twin with another joins, until the last twin closes and both tables are
- * cleared. A twin that lacks an op does not count: it never reaches the
- * twin's op (span_ep_patch leaves it absent). span_iface_joined_ops holds
- * the first inner op of each.
+ * first twin that has it, and keeps it, or becomes the lookup op of
+ * span_iface_lookup_ops for good once a twin with another joins, until the
+ * last twin closes and both tables are cleared. A twin that lacks an op
+ * does not count: it never reaches the twin's op (span_ep_patch leaves it
+ * absent). span_iface_joined_ops holds the first inner op of each.
  */
 uct_iface_ops_t        span_iface_uniform_ops;
 static uct_iface_ops_t span_iface_joined_ops;
+int                    span_iface_uniform_memh_unread;
+
+/* The inner op of ep's iface, found in the table: what the fast paths call
+ * while the open twins' inner ops differ */
+#define SPAN_IFACE_LOOKUP_OP(_op, _params, ...) \
+    static ucs_status_t span_iface_lookup_##_op _params \
+    { \
+        return span_iface_get(ep->iface)->ops.ep_##_op(__VA_ARGS__); \
+    }
+
+SPAN_IFACE_LOOKUP_OP(put_short,
+                     (uct_ep_h ep, const void *buffer, unsigned length,
+                      uint64_t remote_addr, uct_rkey_t rkey),
+                     ep, buffer, length, remote_addr, rkey)
+
+SPAN_IFACE_LOOKUP_OP(get_short,
+                     (uct_ep_h ep, void *buffer, unsigned length,
+                      uint64_t remote_addr, uct_rkey_t rkey),
+                     ep, buffer, length, remote_addr, rkey)
+
+SPAN_IFACE_LOOKUP_OP(get_bcopy,
+                     (uct_ep_h ep, uct_unpack_callback_t unpack_cb, void *arg,
+                      size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp),
+                     ep, unpack_cb, arg, length, remote_addr, rkey, comp)
+
+SPAN_IFACE_LOOKUP_OP(put_zcopy,
+                     (uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp),
+                     ep, iov, iovcnt, remote_addr, rkey, comp)
+
+SPAN_IFACE_LOOKUP_OP(get_zcopy,
+                     (uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp),
+                     ep, iov, iovcnt, remote_addr, rkey, comp)
+
+SPAN_IFACE_LOOKUP_OP(atomic_cswap64,
+                     (uct_ep_h ep, uint64_t compare, uint64_t swap,
+                      uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                      uct_completion_t *comp),
+                     ep, compare, swap, remote_addr, rkey, result, comp)
+
+SPAN_IFACE_LOOKUP_OP(atomic_cswap32,
+                     (uct_ep_h ep, uint32_t compare, uint32_t swap,
+                      uint64_t remote_addr, uct_rkey_t rkey, uint32_t *result,
+                      uct_completion_t *comp),
+                     ep, compare, swap, remote_addr, rkey, result, comp)
+
+SPAN_IFACE_LOOKUP_OP(atomic32_post,
+                     (uct_ep_h ep, unsigned opcode, uint32_t value,
+                      uint64_t remote_addr, uct_rkey_t rkey),
+                     ep, opcode, value, remote_addr, rkey)
+
+SPAN_IFACE_LOOKUP_OP(atomic64_post,
+                     (uct_ep_h ep, unsigned opcode, uint64_t value,
+                      uint64_t remote_addr, uct_rkey_t rkey),
+                     ep, opcode, value, remote_addr, rkey)
+
+SPAN_IFACE_LOOKUP_OP(atomic32_fetch,
+                     (uct_ep_h ep, unsigned opcode, uint32_t value,
+                      uint32_t *result, uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp),
+                     ep, opcode, value, result, remote_addr, rkey, comp)
+
+SPAN_IFACE_LOOKUP_OP(atomic64_fetch,
+                     (uct_ep_h ep, unsigned opcode, uint64_t value,
+                      uint64_t *result, uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp),
+                     ep, opcode, value, result, remote_addr, rkey, comp)
 
 #define SPAN_IFACE_UNIFORM_JOIN(_ops, _name) \
-    if ((_ops)->_name != NULL) { \
-        if (span_iface_joined_ops._name == NULL) { \
-            span_iface_joined_ops._name = (_ops)->_name; \
-            __atomic_store_n(&span_iface_uniform_ops._name, (_ops)->_name, \
-                             __ATOMIC_RELAXED); \
-        } else if (span_iface_joined_ops._name != (_ops)->_name) { \
-            __atomic_store_n(&span_iface_uniform_ops._name, NULL, \
-                             __ATOMIC_RELAXED); \
+    if ((_ops)->ep_##_name != NULL) { \
+        if (span_iface_joined_ops.ep_##_name == NULL) { \
+            span_iface_joined_ops.ep_##_name = (_ops)->ep_##_name; \
+            __atomic_store_n(&span_iface_uniform_ops.ep_##_name, \
+                             (_ops)->ep_##_name, __ATOMIC_RELAXED); \
+        } else if (span_iface_joined_ops.ep_##_name != \
+                   (_ops)->ep_##_name) { \
+            __atomic_store_n(&span_iface_uniform_ops.ep_##_name, \
+                             span_iface_lookup_##_name, __ATOMIC_RELAXED); \
         } \
     }
 
-/* Under the lock, as a twin with these inner ops joins the open ones */
-static void span_iface_uniform_join(const uct_iface_ops_t *ops)
+/* Under the lock, as a twin joins the open ones (first: the first to) */
+static void span_iface_uniform_join(const span_iface_t *siface, int first)
 {
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_put_short)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_short)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_bcopy)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_put_zcopy)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_get_zcopy)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic_cswap64)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic_cswap32)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic32_post)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic64_post)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic32_fetch)
-    SPAN_IFACE_UNIFORM_JOIN(ops, ep_atomic64_fetch)
+    const uct_iface_ops_t *ops = &siface->ops;
+
+    SPAN_IFACE_UNIFORM_JOIN(ops, put_short)
+    SPAN_IFACE_UNIFORM_JOIN(ops, get_short)
+    SPAN_IFACE_UNIFORM_JOIN(ops, get_bcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, put_zcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, get_zcopy)
+    SPAN_IFACE_UNIFORM_JOIN(ops, atomic_cswap64)
+    SPAN_IFACE_UNIFORM_JOIN(ops, atomic_cswap32)
+    SPAN_IFACE_UNIFORM_JOIN(ops, atomic32_post)
+    SPAN_IFACE_UNIFORM_JOIN(ops, atomic64_post)
+    SPAN_IFACE_UNIFORM_JOIN(ops, atomic32_fetch)
+    SPAN_IFACE_UNIFORM_JOIN(ops, atomic64_fetch)
+    /* cleared before the twin's ops can run, never set while it is open */
+    if (first || !siface->memh_unread) {
+        __atomic_store_n(&span_iface_uniform_memh_unread,
+                         siface->memh_unread, __ATOMIC_RELAXED);
+    }
 }
 
 static span_iface_slot_t *span_iface_next(span_iface_slot_t *slot)
@@ -133,7 +212,7 @@ ucs_status_t span_iface_table_insert(uct_iface_h iface, span_iface_t *siface)
          slot = span_iface_next(slot)) {
     }
 
-    span_iface_uniform_join(&siface->ops);
+    span_iface_uniform_join(siface, span_iface_count == 0);
     __atomic_store_n(&slot->iface, siface, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->key, iface, __ATOMIC_RELEASE);
     ++span_iface_count;
@@ -161,6 +240,7 @@ span_iface_t *span_iface_table_remove(uct_iface_h iface)
     if ((siface != NULL) && (--span_iface_count == 0)) {
         memset(&span_iface_uniform_ops, 0, sizeof(span_iface_uniform_ops));
         memset(&span_iface_joined_ops, 0, sizeof(span_iface_joined_ops));
+        span_iface_uniform_memh_unread = 0;
         free(span_iface_table);
         span_iface_table = NULL;
     }

@@ -30,6 +30,8 @@ typedef struct span_iface {
     int                put_zcopy_any; /* put zero-copy of any length: the
                                          inner's minimum is no limit of its
                                          op (rocm_ipc) */
+    int                memh_unread; /* the inner MD registers nothing, so
+                                       its transport reads no local memh */
     span_split_queue_t queue;
     /* the vendor of the twin's device memory, NULL where none was built */
     const span_vmm_copy_ops_t *copy_ops;
@@ -48,6 +50,9 @@ extern SPAN_IFACE_HIDDEN span_iface_slot_t *span_iface_table;
 
 /* Of the ops with a fast path (span_iface_uniform_op) */
 extern SPAN_IFACE_HIDDEN uct_iface_ops_t span_iface_uniform_ops;
+
+/* Nonzero while every open twin has memh_unread (span_iface_memh_unread) */
+extern SPAN_IFACE_HIDDEN int span_iface_uniform_memh_unread;
 
 /* Adds iface, whose twin state is siface; UCS_ERR_EXCEEDS_LIMIT where
  * too many twin ifaces are open */
@@ -85,10 +90,21 @@ static UCS_F_ALWAYS_INLINE span_iface_t *span_iface_get(uct_iface_h iface)
 
 /* The inner op _name (short, bcopy gets, atomics, put and get zcopy) of
  * every open twin that has it, where they are the same one (one transport
- * per process, the common case, or transports that lack the op), else
- * NULL: the op's fast path calls it with no lookup. Read by a twin of an
- * open iface, it is that iface's inner op, or NULL. */
+ * per process, the common case, or transports that lack the op), else one
+ * that finds the ep's iface in the table and calls its inner op: the op's
+ * fast path calls it with no lookup and no test. Read by a twin of an open
+ * iface that has the op, it is never NULL. */
 #define span_iface_uniform_op(_name) \
     __atomic_load_n(&span_iface_uniform_ops._name, __ATOMIC_RELAXED)
+
+/* Whether every open twin's transport reads no local memh (its MD registers
+ * nothing: UCP hands it none), so that a twin's op may pass the caller's
+ * iov, twin memhs and all, as it is. Read by a twin of an open iface: a
+ * twin that reads memhs clears it as it joins, and it is set again only
+ * once every twin closed. */
+static UCS_F_ALWAYS_INLINE int span_iface_memh_unread(void)
+{
+    return __atomic_load_n(&span_iface_uniform_memh_unread, __ATOMIC_RELAXED);
+}
 
 #endif

@@ -16,6 +16,7 @@
 #if HAVE_CUDA
 extern "C" {
 #include "resolvers/span_cuda_copy.h"
+#include "resolvers/span_vendor.h"
 #include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_libcuda.h"
 }
@@ -274,7 +275,7 @@ protected:
         m_map.devices = 1;
         m_map.pid     = 1;
         ASSERT_EQ(&span_cuda_copy_ops,
-                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_CUDA));
+                  span_vendor_vmm_copy(UCS_MEMORY_TYPE_CUDA));
         ASSERT_EQ(UCS_OK, span_vmm_copy_create(&span_cuda_copy_ops, &m_copy));
     }
 

@@ -17,6 +17,7 @@
 extern "C" {
 #include "key/span_rkey.h"
 #include "resolvers/span_vmm.h"
+#include "resolvers/span_vendor.h"
 #include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_vmm_cache.h"
 #include "rocm_emu/hsa_emu.h"
@@ -60,7 +61,7 @@ protected:
                                               &access, 1));
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, 64));
         ASSERT_EQ(UCS_OK, span_vmm_copy_create(
-                                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                  span_vendor_vmm_copy(UCS_MEMORY_TYPE_ROCM),
                                   &m_copy));
     }
 

@@ -18,6 +18,7 @@
 extern "C" {
 #include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_vmm.h"
+#include "resolvers/span_vendor.h"
 #include "resolvers/span_vmm_copy.h"
 #include "rocm_emu/hsa_emu.h"
 }
@@ -72,7 +73,7 @@ protected:
         ASSERT_EQ(units, m_geom.num_chunks);
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, units * unit));
         ASSERT_EQ(UCS_OK, span_vmm_copy_create(
-                                  span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+                                  span_vendor_vmm_copy(UCS_MEMORY_TYPE_ROCM),
                                   &m_copy));
     }
 
@@ -295,12 +296,12 @@ TEST(rocm_vmm_copy, no_engine_without_its_runtime)
     ASSERT_EQ(hipSuccess, hipSetDevice(0));
     ASSERT_EQ(0, hsa_emu_fail("hsa_init"));
     EXPECT_EQ(UCS_ERR_NO_DEVICE,
-              span_vmm_copy_create(span_vmm_copy_vendor(UCS_MEMORY_TYPE_ROCM),
+              span_vmm_copy_create(span_vendor_vmm_copy(UCS_MEMORY_TYPE_ROCM),
                                    &copy));
     EXPECT_EQ(1u, log_counter::count("span rocm: hsa_init() failed: "
                                      "HSA_STATUS_ERROR_OUT_OF_RESOURCES: "));
     ASSERT_EQ(0, hsa_emu_fail(nullptr));
-    EXPECT_EQ(nullptr, span_vmm_copy_vendor(UCS_MEMORY_TYPE_HOST));
+    EXPECT_EQ(nullptr, span_vendor_vmm_copy(UCS_MEMORY_TYPE_HOST));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_vmm_copy_create(nullptr, &copy));
     EXPECT_EQ(nullptr, copy);
 }

@@ -47,13 +47,8 @@ const span_vmm_export_ops_t unit_ops = {unit_buffer_id, unit_export_fd};
 
 } // namespace
 
-/* The import the cache calls, faked: no driver's calls, and no table
- * checked but the cache's */
-extern "C" const span_vmm_import_ops_t *span_vendor_vmm_import(uint32_t magic)
-{
-    return nullptr;
-}
-
+/* The import the cache calls, faked: no driver's calls (whatever the
+ * vendor's ops), and no table checked but the cache's */
 extern "C" ucs_status_t span_vmm_import(const span_vmm_import_ops_t *ops,
                                         const span_vmm_key_t *keys,
                                         const span_chunk_geom_t *geom,

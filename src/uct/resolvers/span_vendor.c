@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #if HAVE_CUDA
+#include "span_cuda_copy.h"
 #include "span_cuda_driver.h"
 #include "span_cuda_vmm.h"
 #include "span_libcuda.h"
@@ -18,6 +19,7 @@
 #if HAVE_ROCM
 #include "span_librocm.h"
 #include "span_rocm.h"
+#include "span_rocm_copy.h"
 #include "span_rocm_vmm.h"
 #endif
 
@@ -25,12 +27,12 @@ static const span_vendor_t span_vendors[] = {
 #if HAVE_CUDA
     {UCS_MEMORY_TYPE_CUDA, span_libcuda_load, SPAN_LIBCUDA_RESOLVER,
      &span_cuda_driver_ops, &span_cuda_vmm_export_ops,
-     &span_cuda_vmm_import_ops},
+     &span_cuda_vmm_import_ops, &span_cuda_copy_ops},
 #endif
 #if HAVE_ROCM
     {UCS_MEMORY_TYPE_ROCM, span_librocm_load, SPAN_LIBROCM_RESOLVER,
      &span_rocm_driver_ops, &span_rocm_vmm_export_ops,
-     &span_rocm_vmm_import_ops},
+     &span_rocm_vmm_import_ops, &span_rocm_copy_ops},
 #endif
 };
 
@@ -64,4 +66,11 @@ const span_vmm_import_ops_t *span_vendor_vmm_import(uint32_t magic)
         }
     }
     return NULL;
+}
+
+const span_vmm_copy_ops_t *span_vendor_vmm_copy(ucs_memory_type_t mem_type)
+{
+    const span_vendor_t *vendor = span_vendor(mem_type);
+
+    return (vendor != NULL) ? vendor->vmm_copy : NULL;
 }

@@ -9,6 +9,7 @@
 
 #include "span_cuda.h"
 #include "span_vmm_export.h"
+#include "span_vmm_copy_ops.h"
 #include "span_vmm_import.h"
 
 #include <ucs/memory/memory_type.h>
@@ -24,6 +25,8 @@ typedef struct span_vendor {
      * (span_vmm_import.h) of VMM units */
     const span_vmm_export_ops_t *vmm_export;
     const span_vmm_import_ops_t *vmm_import;
+    /* Its calls in span's copy engine (span_vmm_copy.h) */
+    const span_vmm_copy_ops_t   *vmm_copy;
 } span_vendor_t;
 
 /* The vendor of memory of mem_type, or NULL where this build lacks it */
@@ -36,5 +39,9 @@ const span_cuda_ops_t *span_vendor_driver(ucs_memory_type_t mem_type);
 /* The import calls of the driver whose units keys of magic name
  * (span_vmm.h), or NULL where this build lacks it */
 const span_vmm_import_ops_t *span_vendor_vmm_import(uint32_t magic);
+
+/* The copy engine's calls for mem_type memory, or NULL where this build
+ * lacks its vendor */
+const span_vmm_copy_ops_t *span_vendor_vmm_copy(ucs_memory_type_t mem_type);
 
 #endif

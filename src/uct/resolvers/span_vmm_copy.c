@@ -1,13 +1,7 @@
 /*
  * The VMM copy engine (span_vmm_copy.h), of every vendor.
  */
-#ifdef HAVE_CONFIG_H
-#  include "config.h"
-#endif
-
 #include "span_vmm_copy.h"
-#include "span_cuda_copy.h"
-#include "span_rocm_copy.h"
 #include "base/span_completion.h"
 
 #include <ucs/datastruct/list.h>
@@ -43,29 +37,6 @@ struct span_vmm_copy {
     ucs_list_link_t           pool[SPAN_VMM_COPY_MAX_DEVICES];
     uint64_t                  vendor[]; /* ops->vendor_size bytes */
 };
-
-/* The vendors configure built (Makefile.am): the engine knows no other */
-static const span_vmm_copy_ops_t *const span_vmm_copy_vendors[] = {
-#if HAVE_CUDA
-    &span_cuda_copy_ops,
-#endif
-#if HAVE_ROCM
-    &span_rocm_copy_ops,
-#endif
-    NULL
-};
-
-const span_vmm_copy_ops_t *span_vmm_copy_vendor(ucs_memory_type_t mem_type)
-{
-    const span_vmm_copy_ops_t *const *ops;
-
-    for (ops = span_vmm_copy_vendors; *ops != NULL; ++ops) {
-        if ((*ops)->mem_type == mem_type) {
-            return *ops;
-        }
-    }
-    return NULL;
-}
 
 ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
                                   span_vmm_copy_t **copy_p)

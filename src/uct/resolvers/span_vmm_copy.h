@@ -20,10 +20,6 @@
 
 typedef struct span_vmm_copy span_vmm_copy_t;
 
-/* The vendor that copies mem_type memory, or NULL where span was built
- * without its runtime (or mem_type is no device memory) */
-const span_vmm_copy_ops_t *span_vmm_copy_vendor(ucs_memory_type_t mem_type);
-
 /* An engine of ops (the vendor's; NULL: UCS_ERR_UNSUPPORTED), with no
  * signal yet: they are made per device on first use */
 ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,

@@ -95,11 +95,11 @@ span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
 static ucs_status_t span_iov_refused(const uct_iov_t *iov, size_t iovcnt)
 {
     ucs_error("span ep: an iov of %zu entries from %p is longer than %d "
-              "entries or crosses a chunk end, which this op cannot split",
+              "entries, crosses a chunk end, or counts more bytes than an "
+              "address holds, none of which this op can split",
               iovcnt, (iovcnt > 0) ? iov[0].buffer : NULL, SPAN_IOV_MAX);
     return UCS_ERR_UNSUPPORTED;
 }
-
 
 /* The inner rkey of an access inside a range registered through one
  * chunk: the common case, checked with one add and one compare

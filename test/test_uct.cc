@@ -437,10 +437,7 @@ class span_rkey_buffer : public ::testing::Test {
 protected:
     void SetUp() override
     {
-        component = find_component("span");
-        ASSERT_NE(nullptr, component);
-        md = open_md(component, "cma+");
-        ASSERT_NE(nullptr, md);
+        ASSERT_NO_FATAL_FAILURE(open_twin_md("cma+", &component, &md));
         uct_md_attr_t attr;
         ASSERT_EQ(UCS_OK, uct_md_query(md, &attr));
         packed_size = attr.rkey_packed_size;

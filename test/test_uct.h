@@ -99,10 +99,7 @@ protected:
         md = open_md(component, tl.c_str(), md_options());
         ASSERT_NE(nullptr, md);
 
-        ASSERT_EQ(UCS_OK, ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
-                                                   &async));
-        ASSERT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
-                                            &worker));
+        ASSERT_NO_FATAL_FAILURE(open_worker(&async, &worker));
 
         ASSERT_EQ(UCS_OK, open_iface(md, worker, tl.c_str(), "memory", NULL,
                                      &iface));

@@ -91,14 +91,8 @@ class span_iface_table : public ::testing::Test {
 protected:
     void SetUp() override
     {
-        component = find_component("span");
-        ASSERT_NE(nullptr, component);
-        md = open_md(component, "self+");
-        ASSERT_NE(nullptr, md);
-        ASSERT_EQ(UCS_OK, ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
-                                                   &async));
-        ASSERT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
-                                            &worker));
+        ASSERT_NO_FATAL_FAILURE(open_twin_md("self+", &component, &md));
+        ASSERT_NO_FATAL_FAILURE(open_worker(&async, &worker));
         ASSERT_EQ(UCS_OK, uct_md_iface_config_read(md, "self+", NULL, NULL,
                                                    &config));
         ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, buf, sizeof(buf),
@@ -215,10 +209,7 @@ TEST_F(span_iface_table, ops_while_other_ifaces_open_and_close)
     std::thread churn([&] {
         ucs_async_context_t *async2;
         uct_worker_h worker2;
-        ASSERT_EQ(UCS_OK, ucs_async_context_create(
-                UCS_ASYNC_MODE_THREAD_SPINLOCK, &async2));
-        ASSERT_EQ(UCS_OK, uct_worker_create(async2, UCS_THREAD_MODE_SINGLE,
-                                            &worker2));
+        ASSERT_NO_FATAL_FAILURE(open_worker(&async2, &worker2));
         while (!stop) {
             uct_iface_h other;
             ASSERT_EQ(UCS_OK, open(&other, worker2));

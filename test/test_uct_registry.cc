@@ -70,10 +70,7 @@ protected:
 
     void SetUp() override
     {
-        component = find_component("span");
-        ASSERT_NE(nullptr, component);
-        md = open_md(component, "strict+");
-        ASSERT_NE(nullptr, md);
+        ASSERT_NO_FATAL_FAILURE(open_twin_md("strict+", &component, &md));
         uct_md_attr_t attr;
         ASSERT_EQ(UCS_OK, uct_md_query(md, &attr));
         rkey_size = attr.rkey_packed_size;

@@ -99,4 +99,25 @@ inline ucs_status_t connect_to_self(uct_iface_h iface, uct_ep_h *ep_p)
     return uct_ep_create(&params, ep_p);
 }
 
+/* A worker of its own thread-safe async context, as every fixture opens
+ * one; a test failure where either does not open */
+inline void open_worker(ucs_async_context_t **async_p, uct_worker_h *worker_p)
+{
+    ASSERT_EQ(UCS_OK, ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
+                                               async_p));
+    ASSERT_EQ(UCS_OK, uct_worker_create(*async_p, UCS_THREAD_MODE_SINGLE,
+                                        worker_p));
+}
+
+/* span's component and its twin MD of name; a test failure where either
+ * does not open */
+inline void open_twin_md(const char *name, uct_component_h *component_p,
+                         uct_md_h *md_p)
+{
+    *component_p = find_component("span");
+    ASSERT_NE(nullptr, *component_p);
+    *md_p = open_md(*component_p, name);
+    ASSERT_NE(nullptr, *md_p) << name;
+}
+
 #endif

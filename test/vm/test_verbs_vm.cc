@@ -110,10 +110,7 @@ protected:
                 " component not loaded";
         md = open_md(component, dev_name() + (twin ? "+" : ""), md_options());
         ASSERT_NE(nullptr, md);
-        ASSERT_EQ(UCS_OK, ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK,
-                                                   &async));
-        ASSERT_EQ(UCS_OK, uct_worker_create(async, UCS_THREAD_MODE_SINGLE,
-                                            &worker));
+        ASSERT_NO_FATAL_FAILURE(open_worker(&async, &worker));
         for (int i = 0; i < 2; ++i) {
             open_iface(tl, &iface[i]);
         }

@@ -283,6 +283,23 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
                               remote, comp);
 }
 
+/* The put and get versions of _func(ep, is_put, ...), out of line, with the
+ * arguments of the op, which its fast path passes on in place */
+#define SPAN_EP_ZCOPY_OUT_OF_LINE(_name, _func) \
+    static UCS_F_NOINLINE ucs_status_t span_ep_put_zcopy_##_name( \
+            uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt, \
+            uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp) \
+    { \
+        return _func(ep, 1, iov, iovcnt, remote_addr, rkey, comp); \
+    } \
+    \
+    static UCS_F_NOINLINE ucs_status_t span_ep_get_zcopy_##_name( \
+            uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt, \
+            uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp) \
+    { \
+        return _func(ep, 0, iov, iovcnt, remote_addr, rkey, comp); \
+    }
+
 /* put or get zcopy through span: device copies where the rkey maps VMM
  * units, the splitter where the op crosses a chunk end on either side */
 static UCS_F_NOINLINE ucs_status_t
@@ -337,21 +354,7 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                   comp);
 }
 
-static UCS_F_NOINLINE ucs_status_t
-span_ep_put_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
-                       uint64_t remote_addr, uct_rkey_t rkey,
-                       uct_completion_t *comp)
-{
-    return span_ep_rma_zcopy(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
-}
-
-static UCS_F_NOINLINE ucs_status_t
-span_ep_get_zcopy_slow(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
-                       uint64_t remote_addr, uct_rkey_t rkey,
-                       uct_completion_t *comp)
-{
-    return span_ep_rma_zcopy(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
-}
+SPAN_EP_ZCOPY_OUT_OF_LINE(slow, span_ep_rma_zcopy)
 
 /*
  * put or get zcopy of one local entry inside the range registered, which
@@ -389,22 +392,7 @@ span_ep_zcopy_memh(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                  comp);
 }
 
-/* The same arguments as the op's, which its fast path passes on in place */
-static UCS_F_NOINLINE ucs_status_t
-span_ep_put_zcopy_memh(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
-                       uint64_t remote_addr, uct_rkey_t rkey,
-                       uct_completion_t *comp)
-{
-    return span_ep_zcopy_memh(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
-}
-
-static UCS_F_NOINLINE ucs_status_t
-span_ep_get_zcopy_memh(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
-                       uint64_t remote_addr, uct_rkey_t rkey,
-                       uct_completion_t *comp)
-{
-    return span_ep_zcopy_memh(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
-}
+SPAN_EP_ZCOPY_OUT_OF_LINE(memh, span_ep_zcopy_memh)
 
 /* Whether a zero-copy access of length bytes at addr lies in the range
  * registered, which one chunk of the rkey serves whole: an address below
@@ -462,21 +450,7 @@ span_ep_zcopy_iov(uct_ep_h ep, int is_put, const uct_iov_t *iov,
             ep, iov, iovcnt, remote_addr, rkey, comp);
 }
 
-static UCS_F_NOINLINE ucs_status_t
-span_ep_put_zcopy_iov(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
-                      uint64_t remote_addr, uct_rkey_t rkey,
-                      uct_completion_t *comp)
-{
-    return span_ep_zcopy_iov(ep, 1, iov, iovcnt, remote_addr, rkey, comp);
-}
-
-static UCS_F_NOINLINE ucs_status_t
-span_ep_get_zcopy_iov(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
-                      uint64_t remote_addr, uct_rkey_t rkey,
-                      uct_completion_t *comp)
-{
-    return span_ep_zcopy_iov(ep, 0, iov, iovcnt, remote_addr, rkey, comp);
-}
+SPAN_EP_ZCOPY_OUT_OF_LINE(iov, span_ep_zcopy_iov)
 
 /*
  * put or get zcopy. The common case is this straight line: one local

@@ -2,7 +2,8 @@
 # The GPU suite and GPU benchmarks, on a machine with an NVIDIA GPU and no
 # network, from the copy contrib/gpu_bundle.sh made (.gpu/): run from the
 # repository root there. Prints one table per part:
-#  1. GPU tests (native cuda_ipc beside cuda_ipc+, bytes checked);
+#  1. GPU tests (native cuda_ipc beside cuda_ipc+, bytes checked), in the
+#     configurations SPAN_PART1 names (default: defaults given nowiden);
 #  2. which protocols UCP selects for device memory (UCX_PROTO_INFO);
 #  3. the resolver's view of a VMM range;
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
@@ -84,14 +85,24 @@ fi
 # registration of one VMM handle (what the twin did before: expected to fail)
 [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] &&
     echo "(each pass also with the target on GPU 1: put_get of every case)"
-echo "### UCX defaults"
-gpu_test /tmp/span_gpu_test.log
-rc=$?
-echo "### UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= (buffers registered as given)"
-gpu_test /tmp/span_gpu_test_given.log UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES=
-rc=$((rc | $?))
-echo "### UCX defaults, UCX_SPAN_VMM_WIDEN=0 (the twin before widening; not counted)"
-gpu_test /tmp/span_gpu_test_nowiden.log UCX_SPAN_VMM_WIDEN=0 GTEST_FILTER='*vmm_16*:*torch*'
+# SPAN_PART1="defaults given nowiden" (the default): which of them run, so
+# that a machine of 4 GPUs can run them side by side, each under its own
+# CUDA_VISIBLE_DEVICES
+part1=${SPAN_PART1:-defaults given nowiden}
+if [[ $part1 == *defaults* ]]; then
+    echo "### UCX defaults"
+    gpu_test /tmp/span_gpu_test.log
+    rc=$((rc | $?))
+fi
+if [[ $part1 == *given* ]]; then
+    echo "### UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= (buffers registered as given)"
+    gpu_test /tmp/span_gpu_test_given.log UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES=
+    rc=$((rc | $?))
+fi
+if [[ $part1 == *nowiden* ]]; then
+    echo "### UCX defaults, UCX_SPAN_VMM_WIDEN=0 (the twin before widening; not counted)"
+    gpu_test /tmp/span_gpu_test_nowiden.log UCX_SPAN_VMM_WIDEN=0 GTEST_FILTER='*vmm_16*:*torch*'
+fi
 fi
 
 part 7 && {

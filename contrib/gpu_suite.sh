@@ -12,7 +12,9 @@
 #  6. span-check with its GPU scenarios;
 #  7. a PyTorch expandable_segments tensor through the resolver;
 #  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native);
-#  9. the GPU tests and span-check again in NIXL's UCX 1.23, same plugin.
+#  9. the GPU tests and span-check again in NIXL's UCX 1.23, same plugin,
+#     and the protocol of every device put and get of span-check's GPU
+#     scenarios between twins (UCX_PROTO_INFO): any not over cuda_ipc+ fails;
 #  P. put/get sweep 4-256 MiB: VMM of 2 and 20 MiB handles (twin) vs
 #     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
@@ -68,6 +70,14 @@ gpu_test() { # LOG, then VAR=VALUE... to set
                      sed 's/ (.*//' | sort -u | wc -l) test(s)"
     echo "span_gpu_test exit: $r"
     return $r
+}
+
+# the UCX_PROTO_INFO rows of puts and gets from device memory not carried
+# by zero-copy over TL (stdin: a log); puts from host memory (the harness
+# filling a target) are another transport's
+off_tl() {
+    proto_rows | grep -E 'by ucp_put.* from cuda/|by ucp_get.* into cuda/' |
+        grep -vE "zero-copy ${1//+/\\+}/" || true
 }
 
 if part 1; then
@@ -256,7 +266,15 @@ cudart=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)
     gpu=$gpu/nixl gpu_test /tmp/span_gpu_test_1_23.log
     r=$?
     "$gpu/nixl/bin/span-check" -s 64 -r "$runs" 2>&1 | grep -E '^\||no GPU'
-    exit $((r | ${PIPESTATUS[0]}))
+    r=$((r | ${PIPESTATUS[0]}))
+    # which protocol carried each device put and get: span-check's GPU
+    # scenarios with twins on both sides, UCX_PROTO_INFO=y
+    UCX_PROTO_INFO=y "$gpu/nixl/bin/span-check" -s 64 -r "$runs" \
+        -g "$twin:$twin" > /tmp/span_check_proto_1_23.log 2>&1
+    off=$(off_tl cuda_ipc+ < /tmp/span_check_proto_1_23.log)
+    echo "span-check, UCX 1.23, twins on both sides: device ops not over cuda_ipc+: $(grep -c . <<< "$off")"
+    [ -z "$off" ] || { sed 's/^/    off: /' <<< "$off" | sort | uniq -c; r=1; }
+    exit $r
 )
 rc=$((rc | $?))
 }
@@ -286,13 +304,6 @@ fi
 }
 ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-# the UCX_PROTO_INFO rows of puts and gets from device memory not carried
-# by zero-copy over TL (stdin: a log); puts from host memory (the harness
-# filling a target) are another transport's
-off_tl() {
-    proto_rows | grep -E 'by ucp_put.* from cuda/|by ucp_get.* into cuda/' |
-        grep -vE "zero-copy ${1//+/\\+}/" || true
-}
 
 part F && {
 echo

@@ -408,26 +408,46 @@ span_rkey_zcopy_fast(const span_rkey_t *rkey, uint64_t addr, uint64_t length)
            (end - 1 < rkey->whole_length);
 }
 
-/* span_rkey_zcopy_fast for iovcnt entries of count 1, from 1 to
- * SPAN_IOV_MAX (more are split): the bytes add to the offset one entry
- * at a time, and any carry fails */
+/* Adds the bytes of entry to *end_p and its count to *counts_p; 0 where
+ * the add carries */
+static UCS_F_ALWAYS_INLINE int
+span_iov_fast_add(const uct_iov_t *entry, uint64_t *end_p, unsigned *counts_p)
+{
+    *counts_p |= entry->count;
+    return !__builtin_add_overflow(*end_p, entry->length, end_p);
+}
+
+/* span_rkey_zcopy_fast for 2 to 4 entries of count 0 or 1 (more go to the
+ * slow path): the bytes add to the offset, and any carry fails. The counts
+ * are or-ed and checked once: where all are 0 or 1 the sum of the lengths
+ * holds every byte moved (an entry of count 0 moves none: its length only
+ * makes the check stricter). Unrolled, as a loop costs as much again (and
+ * GCC moves the op's arguments around it). */
 static UCS_F_ALWAYS_INLINE int
 span_rkey_zcopy_iov_fast(const span_rkey_t *rkey, uint64_t addr,
                          const uct_iov_t *iov, size_t iovcnt)
 {
-    const uct_iov_t *entry = iov, *last = iov + iovcnt;
-    uint64_t end           = addr - rkey->win_base;
+    uint64_t end    = addr - rkey->win_base;
+    unsigned counts = 0;
 
-    if (iovcnt - 1 >= SPAN_IOV_MAX) {
-        return 0;
-    }
-    do {
-        if (__builtin_add_overflow(end, entry->length, &end) ||
-            (entry->count != 1)) {
+    switch (iovcnt) {
+    case 4:
+        if (!span_iov_fast_add(&iov[3], &end, &counts)) {
             return 0;
         }
-    } while (++entry < last);
-    return end - 1 < rkey->whole_length;
+        /* fall through */
+    case 3:
+        if (!span_iov_fast_add(&iov[2], &end, &counts)) {
+            return 0;
+        }
+        /* fall through */
+    case 2:
+        return span_iov_fast_add(&iov[1], &end, &counts) &&
+               span_iov_fast_add(&iov[0], &end, &counts) && (counts == 1) &&
+               (end - 1 < rkey->whole_length);
+    default:
+        return 0;
+    }
 }
 
 /* put or get zcopy of several entries, or of one of another count: as the

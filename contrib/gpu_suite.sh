@@ -304,7 +304,6 @@ fi
 }
 ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-
 part F && {
 echo
 pairs=${SPAN_FRESH_PAIRS:-50}

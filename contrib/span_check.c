@@ -300,13 +300,14 @@ static int span_check_slower(double twin, double native)
     return (twin > 0) && (native > 0) && (twin * SPAN_CHECK_SLOWER < native);
 }
 
-/* The verdict of one row; native is the native row of the scenario for a
- * twin row, NULL for a native one. For an out-of-bounds access, a refusal
- * that left the target untouched is correct; a native transport that lets
- * it through is the bug span exists for, reported but expected of a
- * native. */
+/* The verdict of one row; native is the native row of a twin row's
+ * scenario, NULL where there is none. For an out-of-bounds access, a
+ * refusal that left the target untouched is correct; a native transport
+ * that lets it through is the bug span exists for, reported but expected
+ * of a native. */
 static const char *span_check_verdict(const span_check_scenario_t *scenario,
                                       const span_check_result_t *result,
+                                      int twin,
                                       const span_check_result_t *native,
                                       int *failed)
 {
@@ -330,7 +331,7 @@ static const char *span_check_verdict(const span_check_scenario_t *scenario,
         (result->wrong == 0)) {
         return "ok: refused";
     }
-    if (native != NULL) {
+    if (twin) {
         *failed = 1;
         return "FAIL: not refused";
     }
@@ -524,7 +525,7 @@ static int span_check_run_scenario(const span_check_opts_t *opts,
     row->twin     = twin;
     span_check_chunking(opts, scenario->chunked);
     failed = span_check_pair_run_apart(opts, scenario, tls, &row->result);
-    row->verdict = span_check_verdict(scenario, &row->result,
+    row->verdict = span_check_verdict(scenario, &row->result, twin,
                                       twin ? span_check_native_result(row) :
                                              NULL,
                                       &failed);

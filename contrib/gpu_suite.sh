@@ -49,13 +49,20 @@ native=cuda_copy,cuda_ipc,posix
 twin=cuda_copy,cuda_ipc+,posix
 
 echo "machine: $(nvidia-smi -L 2>/dev/null | head -1), $(nproc) cores"
+# the GPUs this process sees: nvidia-smi lists every GPU of the machine,
+# CUDA only those CUDA_VISIBLE_DEVICES names
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    ngpus=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .)
+else
+    ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+fi
 rc=0
 # one pass of the GPU tests, a table of its rows
 gpu_test() { # LOG, then VAR=VALUE... to set
     local log=$1; shift
     env "$@" "$gpu/bin/span_gpu_test" > "$log" 2>&1
     local r=$?
-    if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    if [ "$ngpus" -ge 2 ]; then
         # across GPUs, the transfers of every case (part M covers every
         # pair); a case takes seconds, the whole list minutes
         env GTEST_FILTER='*put_get/*' "$@" SPAN_PAIR_TARGET_GPU=1 \
@@ -93,7 +100,7 @@ fi
 # allocation that holds a buffer: one VMM handle), then buffers registered
 # as given; then, for comparison, the defaults without span's widening of a
 # registration of one VMM handle (what the twin did before: expected to fail)
-[ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] &&
+[ "$ngpus" -ge 2 ] &&
     echo "(each pass also with the target on GPU 1: put_get of every case)"
 # SPAN_PART1="defaults given nowiden" (the default): which of them run, so
 # that a machine of 4 GPUs can run them side by side, each under its own
@@ -302,7 +309,6 @@ else
     echo "(no .gpu/nixlpy: contrib/nixl_bundle.sh makes it)"
 fi
 }
-ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 part F && {
 echo

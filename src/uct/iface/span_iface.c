@@ -174,7 +174,7 @@ static void span_iface_close(uct_iface_h iface)
 /*
  * cuda_ipc turns get zero-copy off where its NVLink probe finds no link,
  * and that probe answers at random in UCX 1.22 and 1.23 (span_nvml.c). The
- * twin takes its own answer, the same for every twin iface of the process,
+ * twin takes NVML's own answer, kept for the process once NVML gave one,
  * and offers get zero-copy as far as cuda_ipc offers put zero-copy.
  */
 static size_t span_iface_get_max_zcopy(const char *inner_tl,

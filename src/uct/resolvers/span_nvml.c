@@ -7,7 +7,7 @@
  * reason. On a 4-GPU NVLink node, inside the twin's iface_open, it found "no
  * nvlinks" in 16 of 40 fresh processes (with tcp beside; never natively),
  * and UCP then emulated every get in software, thousands of times slower.
- * So the twin asks NVML itself, once per process, with every field of its
+ * So the twin asks NVML itself, until it answers, with every field of its
  * requests set and failed calls tried again, and offers get zero-copy where
  * GPU 0 has an active NVLink, whatever the inner probe said.
  *
@@ -40,8 +40,12 @@
 #define SPAN_NVML_TRIES                10
 #define SPAN_NVML_RETRY_USEC           20000
 
-static pthread_once_t span_nvml_once = PTHREAD_ONCE_INIT;
-static unsigned       span_nvml_links;
+/* What the process learnt from NVML: only an answer is kept (a count, or
+ * NVML absent); a probe whose calls kept failing is made again by the next
+ * iface query, as cuda_ipc's own probe is */
+static pthread_mutex_t span_nvml_lock = PTHREAD_MUTEX_INITIALIZER;
+static int             span_nvml_known;
+static unsigned        span_nvml_links;
 
 static int span_nvml_load(void *lib, span_nvml_ops_t *nvml)
 {
@@ -99,56 +103,70 @@ static ucs_status_t span_nvml_count(const span_nvml_ops_t *nvml,
     return UCS_OK;
 }
 
-static void span_nvml_probe(void)
+/* UCS_OK with the count in *links_p where NVML answered or is absent (0
+ * links); an error where its calls failed every try */
+static ucs_status_t span_nvml_probe(unsigned *links_p)
 {
     /* never unloaded: NVML keeps threads and exit handlers of its own */
     void *lib = dlopen("libnvidia-ml.so.1",
                        RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     span_nvml_ops_t nvml;
+    ucs_status_t status;
     int (*shutdown)(void);
     int res;
 
+    *links_p = 0;
     if (lib == NULL) {
         ucs_debug("span nvml: no NVML: %s", dlerror());
-        return;
+        return UCS_OK;
     }
     if (!span_nvml_load(lib, &nvml)) {
         ucs_debug("span nvml: libnvidia-ml.so.1 lacks a call span needs");
         dlclose(lib);
-        return;
+        return UCS_OK;
     }
     if ((res = nvml.init()) != SPAN_NVML_SUCCESS) {
-        ucs_debug("span nvml: no NVML: %s", nvml.error_string(res));
+        ucs_diag("span nvml: nvmlInit failed: %s: cuda_ipc+ offers get "
+                 "zero-copy as cuda_ipc does", nvml.error_string(res));
         dlclose(lib);
-        return;
+        return UCS_ERR_IO_ERROR;
     }
-    span_nvml_links = span_nvml_links_of(&nvml);
+    status = span_nvml_links_of(&nvml, links_p);
     /* NVML counts its inits: this leaves UCX's own as it was, and the
      * process without the descriptors NVML holds while initialised */
     shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
     if (shutdown != NULL) {
         shutdown();
     }
+    return status;
 }
 
-unsigned span_nvml_links_of(const span_nvml_ops_t *nvml)
+ucs_status_t span_nvml_links_of(const span_nvml_ops_t *nvml,
+                                unsigned *links_p)
 {
-    unsigned links;
     int tries;
 
-    for (tries = 1; span_nvml_count(nvml, &links) != UCS_OK; ++tries) {
+    for (tries = 1; span_nvml_count(nvml, links_p) != UCS_OK; ++tries) {
         if (tries == SPAN_NVML_TRIES) {
             ucs_diag("span nvml: GPU 0: NVML failed %d times: cuda_ipc+ "
                      "offers get zero-copy as cuda_ipc does", tries);
-            return 0;
+            return UCS_ERR_IO_ERROR;
         }
         usleep(SPAN_NVML_RETRY_USEC);
     }
-    return links;
+    return UCS_OK;
 }
 
 unsigned span_nvml_nvlinks(void)
 {
-    pthread_once(&span_nvml_once, span_nvml_probe);
-    return span_nvml_links;
+    unsigned links;
+
+    pthread_mutex_lock(&span_nvml_lock);
+    if (!span_nvml_known &&
+        (span_nvml_probe(&span_nvml_links) == UCS_OK)) {
+        span_nvml_known = 1;
+    }
+    links = span_nvml_links;
+    pthread_mutex_unlock(&span_nvml_lock);
+    return links;
 }

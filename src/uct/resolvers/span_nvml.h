@@ -5,6 +5,8 @@
 #ifndef SPAN_NVML_H_
 #define SPAN_NVML_H_
 
+#include <ucs/type/status.h>
+
 /* nvmlFieldValue_t */
 typedef struct span_nvml_field_value {
     unsigned  field_id;
@@ -30,13 +32,15 @@ typedef struct span_nvml_ops {
     const char *(*error_string)(int result);
 } span_nvml_ops_t;
 
-/* Active NVLinks of GPU 0 through initialised NVML calls, the probe tried
- * again a bounded number of times where a call fails; 0 where it always
- * does */
-unsigned span_nvml_links_of(const span_nvml_ops_t *nvml);
+/* Active NVLinks of GPU 0 in *links_p through initialised NVML calls, the
+ * probe tried again a bounded number of times where a call fails; an error
+ * where it always does */
+ucs_status_t span_nvml_links_of(const span_nvml_ops_t *nvml,
+                                unsigned *links_p);
 
 /* Active NVLinks of GPU 0 (cuda_ipc assumes a uniform node, and so does
- * the twin); 0 where NVML or the driver is missing. Asked once a process */
+ * the twin); 0 where NVML or the driver is missing or NVML failed. An
+ * answer is kept for the process; a failure is asked again next time */
 unsigned span_nvml_nvlinks(void);
 
 #endif

@@ -408,101 +408,75 @@ span_rkey_zcopy_fast(const span_rkey_t *rkey, uint64_t addr, uint64_t length)
            (end - 1 < rkey->whole_length);
 }
 
-/* Adds the bytes of entry to *end_p and its count to *counts_p; 0 where
- * the add carries */
-static UCS_F_ALWAYS_INLINE int
-span_iov_fast_add(const uct_iov_t *entry, uint64_t *end_p, unsigned *counts_p)
-{
-    *counts_p |= entry->count;
-    return !__builtin_add_overflow(*end_p, entry->length, end_p);
-}
-
 /* span_rkey_zcopy_fast for 2 to 4 entries of count 0 or 1 (more go to the
  * slow path): the bytes add to the offset, and any carry fails. The counts
  * are or-ed and checked once: where all are 0 or 1 the sum of the lengths
  * holds every byte moved (an entry of count 0 moves none: its length only
- * makes the check stricter). Unrolled, as a loop costs as much again (and
- * GCC moves the op's arguments around it). */
+ * makes the check stricter). One line for each number of entries, as a
+ * loop, or cases falling through, cost as much again. */
+#define SPAN_IOV_ADD(_n) !__builtin_add_overflow(end, iov[_n].length, &end)
+
 static UCS_F_ALWAYS_INLINE int
 span_rkey_zcopy_iov_fast(const span_rkey_t *rkey, uint64_t addr,
                          const uct_iov_t *iov, size_t iovcnt)
 {
-    uint64_t end    = addr - rkey->win_base;
-    unsigned counts = 0;
+    uint64_t end = addr - rkey->win_base;
 
     switch (iovcnt) {
-    case 4:
-        if (!span_iov_fast_add(&iov[3], &end, &counts)) {
-            return 0;
-        }
-        /* fall through */
-    case 3:
-        if (!span_iov_fast_add(&iov[2], &end, &counts)) {
-            return 0;
-        }
-        /* fall through */
     case 2:
-        return span_iov_fast_add(&iov[1], &end, &counts) &&
-               span_iov_fast_add(&iov[0], &end, &counts) && (counts == 1) &&
+        return SPAN_IOV_ADD(0) && SPAN_IOV_ADD(1) &&
+               ((iov[0].count | iov[1].count) == 1) &&
+               (end - 1 < rkey->whole_length);
+    case 3:
+        return SPAN_IOV_ADD(0) && SPAN_IOV_ADD(1) && SPAN_IOV_ADD(2) &&
+               ((iov[0].count | iov[1].count | iov[2].count) == 1) &&
+               (end - 1 < rkey->whole_length);
+    case 4:
+        return SPAN_IOV_ADD(0) && SPAN_IOV_ADD(1) && SPAN_IOV_ADD(2) &&
+               SPAN_IOV_ADD(3) &&
+               ((iov[0].count | iov[1].count | iov[2].count |
+                 iov[3].count) == 1) &&
                (end - 1 < rkey->whole_length);
     default:
         return 0;
     }
 }
 
-/* put or get zcopy of several entries, or of one of another count: as the
- * fast path of one, where the inner transport reads no local memh; else
- * the slow version */
-static UCS_F_ALWAYS_INLINE ucs_status_t
-span_ep_zcopy_iov(uct_ep_h ep, int is_put, const uct_iov_t *iov,
-                  size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
-                  uct_completion_t *comp)
-{
-    const span_rkey_t *srkey = span_rkey(rkey);
-
-    if (span_iface_memh_unread() &&
-        span_rkey_zcopy_iov_fast(srkey, remote_addr, iov, iovcnt)) {
-        return (is_put ? span_iface_uniform_op(ep_put_zcopy) :
-                         span_iface_uniform_op(ep_get_zcopy))(
-                ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey, comp);
-    }
-    return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
-            ep, iov, iovcnt, remote_addr, rkey, comp);
-}
-
-SPAN_EP_ZCOPY_OUT_OF_LINE(iov, span_ep_zcopy_iov)
-
 /*
  * put or get zcopy. The common case is this straight line: one local
  * entry, inside the range registered, which one chunk of the rkey serves
  * whole (span_rkey_zcopy_fast). Where the inner transport reads no local
- * memh (span_iface_memh_unread), the caller's iov passes as it is;
- * elsewhere its memh is translated out of line. Other iovs take a path of
- * their own; every other case, an access out of range included, goes to
- * the slow version, with the same arguments.
+ * memh (span_iface_unread_op), the caller's iov passes as it is;
+ * elsewhere a memh of one entry is translated out of line. Two to four
+ * entries take the same line where no memh is read; every other case, an
+ * access out of range included, goes to the slow version, with the same
+ * arguments.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
               uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
 {
-    const span_rkey_t *srkey = span_rkey(rkey);
+    const span_rkey_t *srkey      = span_rkey(rkey);
+    uct_ep_put_zcopy_func_t zcopy = is_put ?
+                                    span_iface_unread_op(ep_put_zcopy) :
+                                    span_iface_unread_op(ep_get_zcopy);
+    int fast;
 
-    if (ucs_unlikely((iovcnt != 1) || (iov->count != 1))) {
-        return (is_put ? span_ep_put_zcopy_iov : span_ep_get_zcopy_iov)(
-                ep, iov, iovcnt, remote_addr, rkey, comp);
+    if (ucs_likely((iovcnt == 1) && (iov->count == 1))) {
+        fast = span_rkey_zcopy_fast(srkey, remote_addr, iov->length);
+        if (fast && (zcopy == NULL)) {
+            return (is_put ? span_ep_put_zcopy_memh : span_ep_get_zcopy_memh)(
+                    ep, iov, iovcnt, remote_addr, rkey, comp);
+        }
+    } else {
+        fast = (zcopy != NULL) &&
+               span_rkey_zcopy_iov_fast(srkey, remote_addr, iov, iovcnt);
     }
-    if (ucs_unlikely(!span_rkey_zcopy_fast(srkey, remote_addr,
-                                           iov->length))) {
+    if (ucs_unlikely(!fast)) {
         return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
                 ep, iov, iovcnt, remote_addr, rkey, comp);
     }
-    if (!span_iface_memh_unread()) {
-        return (is_put ? span_ep_put_zcopy_memh : span_ep_get_zcopy_memh)(
-                ep, iov, iovcnt, remote_addr, rkey, comp);
-    }
-    return (is_put ? span_iface_uniform_op(ep_put_zcopy) :
-                     span_iface_uniform_op(ep_get_zcopy))(
-            ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey, comp);
+    return zcopy(ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey, comp);
 }
 
 UCS_PROFILE_FUNC(ucs_status_t, span_ep_put_zcopy,

@@ -44,7 +44,8 @@ static void UCS_F_CTOR span_iface_fork_register(void)
  */
 uct_iface_ops_t        span_iface_uniform_ops;
 static uct_iface_ops_t span_iface_joined_ops;
-int                    span_iface_uniform_memh_unread;
+uct_iface_ops_t        span_iface_unread_ops;
+static int             span_iface_all_unread; /* every open twin's */
 
 /* The inner op of ep's iface, found in the table: what the fast paths call
  * while the open twins' inner ops differ */
@@ -146,10 +147,16 @@ static void span_iface_uniform_join(const span_iface_t *siface, int first)
     SPAN_IFACE_UNIFORM_JOIN(ops, atomic32_fetch)
     SPAN_IFACE_UNIFORM_JOIN(ops, atomic64_fetch)
     /* cleared before the twin's ops can run, never set while it is open */
-    if (first || !siface->memh_unread) {
-        __atomic_store_n(&span_iface_uniform_memh_unread,
-                         siface->memh_unread, __ATOMIC_RELAXED);
-    }
+    span_iface_all_unread = siface->memh_unread &&
+                            (first || span_iface_all_unread);
+    __atomic_store_n(&span_iface_unread_ops.ep_put_zcopy,
+                     span_iface_all_unread ?
+                     span_iface_uniform_ops.ep_put_zcopy : NULL,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&span_iface_unread_ops.ep_get_zcopy,
+                     span_iface_all_unread ?
+                     span_iface_uniform_ops.ep_get_zcopy : NULL,
+                     __ATOMIC_RELAXED);
 }
 
 static span_iface_slot_t *span_iface_next(span_iface_slot_t *slot)
@@ -240,7 +247,8 @@ span_iface_t *span_iface_table_remove(uct_iface_h iface)
     if ((siface != NULL) && (--span_iface_count == 0)) {
         memset(&span_iface_uniform_ops, 0, sizeof(span_iface_uniform_ops));
         memset(&span_iface_joined_ops, 0, sizeof(span_iface_joined_ops));
-        span_iface_uniform_memh_unread = 0;
+        memset(&span_iface_unread_ops, 0, sizeof(span_iface_unread_ops));
+        span_iface_all_unread = 0;
         free(span_iface_table);
         span_iface_table = NULL;
     }

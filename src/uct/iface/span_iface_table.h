@@ -51,8 +51,9 @@ extern SPAN_IFACE_HIDDEN span_iface_slot_t *span_iface_table;
 /* Of the ops with a fast path (span_iface_uniform_op) */
 extern SPAN_IFACE_HIDDEN uct_iface_ops_t span_iface_uniform_ops;
 
-/* Nonzero while every open twin has memh_unread (span_iface_memh_unread) */
-extern SPAN_IFACE_HIDDEN int span_iface_uniform_memh_unread;
+/* Of put and get zcopy, while every open twin has memh_unread
+ * (span_iface_unread_op) */
+extern SPAN_IFACE_HIDDEN uct_iface_ops_t span_iface_unread_ops;
 
 /* Adds iface, whose twin state is siface; UCS_ERR_EXCEEDS_LIMIT where
  * too many twin ifaces are open */
@@ -97,14 +98,14 @@ static UCS_F_ALWAYS_INLINE span_iface_t *span_iface_get(uct_iface_h iface)
 #define span_iface_uniform_op(_name) \
     __atomic_load_n(&span_iface_uniform_ops._name, __ATOMIC_RELAXED)
 
-/* Whether every open twin's transport reads no local memh (its MD registers
- * nothing: UCP hands it none), so that a twin's op may pass the caller's
- * iov, twin memhs and all, as it is. Read by a twin of an open iface: a
- * twin that reads memhs clears it as it joins, and it is set again only
- * once every twin closed. */
-static UCS_F_ALWAYS_INLINE int span_iface_memh_unread(void)
-{
-    return __atomic_load_n(&span_iface_uniform_memh_unread, __ATOMIC_RELAXED);
-}
+/* span_iface_uniform_op(_name) of put or get zcopy while every open twin's
+ * transport reads no local memh (its MD registers nothing: UCP hands it
+ * none), so that a twin's op may pass the caller's iov, twin memhs and
+ * all, as it is; NULL while one may read them. Read by a twin of an open
+ * iface: a twin that reads memhs clears it as it joins, and it is set
+ * again only once every twin closed. One load serves as the test and the
+ * op. */
+#define span_iface_unread_op(_name) \
+    __atomic_load_n(&span_iface_unread_ops._name, __ATOMIC_RELAXED)
 
 #endif

@@ -57,14 +57,21 @@ else
     ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 fi
 rc=0
-# one pass of the GPU tests, a table of its rows
+# one pass of the GPU tests, a table of its rows: the whole case list GPU
+# 0->0 ("same") and, on two GPUs or more, the transfers of every case GPU
+# 0->1 ("cross"; part M covers every pair). A case takes seconds, the whole
+# list minutes: SPAN_PART1_PASSES="same" or "cross" splits a configuration
+# over two lanes or two calls (each about 5 minutes on 4 H100s)
+passes=${SPAN_PART1_PASSES:-same cross}
 gpu_test() { # LOG, then VAR=VALUE... to set
-    local log=$1; shift
-    env "$@" "$gpu/bin/span_gpu_test" > "$log" 2>&1
-    local r=$?
-    if [ "$ngpus" -ge 2 ]; then
-        # across GPUs, the transfers of every case (part M covers every
-        # pair); a case takes seconds, the whole list minutes
+    # lanes of one configuration's two passes keep logs of their own
+    local log=${1%.log}${SPAN_PART1_PASSES:+_${passes// /_}}.log r=0; shift
+    : > "$log"
+    if [[ $passes == *same* ]]; then
+        env "$@" "$gpu/bin/span_gpu_test" >> "$log" 2>&1
+        r=$?
+    fi
+    if [ "$ngpus" -ge 2 ] && [[ $passes == *cross* ]]; then
         env GTEST_FILTER='*put_get/*' "$@" SPAN_PAIR_TARGET_GPU=1 \
             "$gpu/bin/span_gpu_test" >> "$log" 2>&1
         r=$((r | $?))

@@ -20,6 +20,8 @@ typedef enum {
     SPAN_FORK_UCM,        /* ucm_hooks/span_ucm.c: subscribes under it
                            * (md/span_md_events.c registers it) */
     SPAN_FORK_IFACE,      /* iface/span_iface.c: the twin iface table */
+    SPAN_FORK_NVML,       /* resolvers/span_nvml.c: the NVLink probe, which
+                           * loads NVML (maps, allocates) under it */
     SPAN_FORK_RKEY_SIZES, /* key/span_rkey.c: packed sizes of open MDs */
     SPAN_FORK_MD_INNER,   /* md/span_md_inner.c: inner MDs' memh tables */
     SPAN_FORK_SPILL,      /* key/span_spill.c: the spill arena */

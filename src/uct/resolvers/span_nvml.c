@@ -20,6 +20,8 @@
 
 #include "span_nvml.h"
 
+#include "base/span_fork.h"
+
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
 #include <dlfcn.h>
@@ -41,11 +43,19 @@
 #define SPAN_NVML_RETRY_USEC           20000
 
 /* What the process learnt from NVML: only an answer is kept (a count, or
- * NVML absent); a probe whose calls kept failing is made again by the next
- * iface query, as cuda_ipc's own probe is */
+ * NVML absent); a probe whose calls kept failing is made again when the
+ * next twin of cuda_ipc opens (cuda_ipc retries its own at every query) */
 static pthread_mutex_t span_nvml_lock = PTHREAD_MUTEX_INITIALIZER;
 static int             span_nvml_known;
 static unsigned        span_nvml_links;
+
+/* a child forked during a probe must not inherit the lock held */
+static const span_fork_handlers_t span_nvml_fork = {.lock = &span_nvml_lock};
+
+static void UCS_F_CTOR span_nvml_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_NVML, &span_nvml_fork);
+}
 
 static int span_nvml_load(void *lib, span_nvml_ops_t *nvml)
 {

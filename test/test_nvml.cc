@@ -2,14 +2,19 @@
  * The NVLink probe of cuda_ipc+ (span_nvml.c) against a scripted NVML: what
  * it counts, and that NVML calls which fail for a while are tried again,
  * within a bound, rather than taken for "no NVLink" (what cuda_ipc's own
- * probe does, and why get zero-copy came and went).
+ * probe does, and why get zero-copy came and went); then the process's
+ * probe against a scripted libnvidia-ml.so.1 (test/nvml_fake).
  */
 extern "C" {
 #include "resolvers/span_nvml.h"
 }
 
+#include "test_fork.h"
+
 #include <gtest/gtest.h>
 #include <chrono>
+#include <thread>
+#include <dlfcn.h>
 
 namespace {
 
@@ -91,4 +96,65 @@ TEST(span_nvml, calls_that_always_fail_give_up_within_a_bound)
     EXPECT_EQ(10u, fake.calls);
     EXPECT_LT(std::chrono::steady_clock::now() - start,
               std::chrono::seconds(2));
+}
+
+/*
+ * span_nvml_nvlinks in a process whose NVML is the scripted one
+ * (test/nvml_fake: its first SPAN_FAKE_NVML_FAILURES asks for GPU 0 fail),
+ * each test in a process of its own (ctest nvml_probe, nvml_fork): what the
+ * process keeps is per process.
+ */
+class span_nvml_process : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (getenv("SPAN_FAKE_NVML_FAILURES") == NULL) {
+            GTEST_SKIP() << "run by ctest as nvml_probe and nvml_fork, with "
+                            "the scripted NVML first on LD_LIBRARY_PATH";
+        }
+        void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+        ASSERT_NE(nullptr, lib) << dlerror();
+        calls = (int*)dlsym(lib, "span_fake_nvml_calls");
+        ASSERT_NE(nullptr, calls) << "libnvidia-ml.so.1 is not the scripted "
+                                     "one (test/nvml_fake)";
+    }
+
+    int asked() const
+    {
+        return __atomic_load_n(calls, __ATOMIC_SEQ_CST);
+    }
+
+    int *calls = nullptr;
+};
+
+TEST_F(span_nvml_process, a_failed_probe_is_made_again_and_an_answer_kept)
+{
+    EXPECT_EQ(0u, span_nvml_nvlinks()) << "10 failed asks: no NVLink known";
+    EXPECT_EQ(10, asked());
+    EXPECT_EQ(18u, span_nvml_nvlinks()) << "the next probe answers";
+    EXPECT_EQ(11, asked());
+    EXPECT_EQ(18u, span_nvml_nvlinks()) << "and its answer is kept";
+    EXPECT_EQ(11, asked()) << "NVML asked again after it answered";
+}
+
+/* A child forked while another thread probes (and holds the probe's lock
+ * for its 10 tries) must find the lock free: fork waits for the probe */
+TEST_F(span_nvml_process, a_child_forked_during_a_probe_probes)
+{
+    unsigned parent_links = ~0u;
+    std::thread prober([&] { parent_links = span_nvml_nvlinks(); });
+
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((asked() == 0) && (std::chrono::steady_clock::now() < end)) {
+        usleep(100);
+    }
+    ASSERT_GT(asked(), 0) << "the probe did not start";
+    ASSERT_LT(asked(), 10) << "the probe ended before the fork";
+    pid_t pid = test_fork([] {
+        TEST_CHILD_CHECK(span_nvml_nvlinks() == 18);
+        return 0;
+    });
+    prober.join();
+    EXPECT_EQ(0, test_fork_wait(pid, 5)) << "the child hung or failed";
+    EXPECT_EQ(0u, parent_links);
 }

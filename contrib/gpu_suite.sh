@@ -56,6 +56,10 @@ if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
 else
     ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 fi
+# the logs of this run and the NIXL it unpacks: passes side by side, each
+# under its own CUDA_VISIBLE_DEVICES, keep theirs apart
+tmp=${SPAN_SUITE_TMP:-/tmp/span_suite${CUDA_VISIBLE_DEVICES:+_${CUDA_VISIBLE_DEVICES//,/_}}}
+mkdir -p "$tmp" && echo "logs: $tmp"
 rc=0
 # one pass of the GPU tests, a table of its rows: the whole case list GPU
 # 0->0 ("same") and, on two GPUs or more, the transfers of every case GPU
@@ -115,17 +119,17 @@ fi
 part1=${SPAN_PART1:-defaults given nowiden}
 if [[ $part1 == *defaults* ]]; then
     echo "### UCX defaults"
-    gpu_test /tmp/span_gpu_test.log
+    gpu_test $tmp/span_gpu_test.log
     rc=$((rc | $?))
 fi
 if [[ $part1 == *given* ]]; then
     echo "### UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= (buffers registered as given)"
-    gpu_test /tmp/span_gpu_test_given.log UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES=
+    gpu_test $tmp/span_gpu_test_given.log UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES=
     rc=$((rc | $?))
 fi
 if [[ $part1 == *nowiden* ]]; then
     echo "### UCX defaults, UCX_SPAN_VMM_WIDEN=0 (the twin before widening; not counted)"
-    gpu_test /tmp/span_gpu_test_nowiden.log UCX_SPAN_VMM_WIDEN=0 GTEST_FILTER='*vmm_16*:*torch*'
+    gpu_test $tmp/span_gpu_test_nowiden.log UCX_SPAN_VMM_WIDEN=0 GTEST_FILTER='*vmm_16*:*torch*'
 fi
 fi
 
@@ -277,15 +281,15 @@ cudart=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)
     export LD_LIBRARY_PATH=$gpu/nixl/lib${cudart:+:$cudart}
     unset SPAN_GPU_TORCH_TARGET # its harness library runs UCX 1.22
     echo "UCX: $(ldd "$gpu/nixl/bin/span_gpu_test" | awk '/libuct/ {print $3}')"
-    gpu=$gpu/nixl gpu_test /tmp/span_gpu_test_1_23.log
+    gpu=$gpu/nixl gpu_test $tmp/span_gpu_test_1_23.log
     r=$?
     "$gpu/nixl/bin/span-check" -s 64 -r "$runs" 2>&1 | grep -E '^\||no GPU'
     r=$((r | ${PIPESTATUS[0]}))
     # which protocol carried each device put and get: span-check's GPU
     # scenarios with twins on both sides, UCX_PROTO_INFO=y
     UCX_PROTO_INFO=y "$gpu/nixl/bin/span-check" -s 64 -r "$runs" \
-        -g "$twin:$twin" > /tmp/span_check_proto_1_23.log 2>&1
-    off=$(off_tl cuda_ipc+ < /tmp/span_check_proto_1_23.log)
+        -g "$twin:$twin" > $tmp/span_check_proto_1_23.log 2>&1
+    off=$(off_tl cuda_ipc+ < $tmp/span_check_proto_1_23.log)
     echo "span-check, UCX 1.23, twins on both sides: device ops not over cuda_ipc+: $(grep -c . <<< "$off")"
     [ -z "$off" ] || { sed 's/^/    off: /' <<< "$off" | sort | uniq -c; r=1; }
     exit $r
@@ -306,9 +310,9 @@ part N && {
 echo
 echo "## N. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors"
 if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
-    rm -rf /tmp/span_nixl && mkdir -p /tmp/span_nixl &&
-        tar -C /tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
-    PYTHONPATH=/tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" --gpu \
+    rm -rf $tmp/span_nixl && mkdir -p $tmp/span_nixl &&
+        tar -C $tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
+    PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" --gpu \
         --runs "$runs"
     r=$?
     [ $r -eq 77 ] || rc=$((rc | r))
@@ -339,7 +343,7 @@ fresh() { # TLS LOGLEVEL PAIRS TL
             ok=$((ok + 1))
         else
             off=$((off + 1))
-            echo "$out" > "/tmp/span_fresh_off_$off.log"
+            echo "$out" > "$tmp/span_fresh_off_$off.log"
             { echo "$out" | proto_rows | grep 'by ucp_get' | head -2
               echo "$out" | grep -iE 'nvml|nvlink|remote end' | sort |
                   uniq -c | head -8; } | sed 's/^/    off: /' >&2
@@ -381,7 +385,7 @@ python3 -c 'import torch' 2>/dev/null &&
 for i in ${SPAN_MATRIX_FROM:-$(seq 0 $((ngpus - 1)))}; do
     for ((j = 0; j < ngpus; j++)); do
         [ $i -eq $j ] && continue
-        log=/tmp/span_matrix_$i$j.log
+        log=$tmp/span_matrix_$i$j.log
         SPAN_GPU_DEVICE=$i SPAN_PAIR_TARGET_GPU=$j UCX_PROTO_INFO=y \
             GTEST_FILTER=$(cases twin) \
             "$gpu/bin/span_gpu_test" > "$log" 2>&1
@@ -412,19 +416,19 @@ done
 part C && [ "$ngpus" -ge 2 ] && [ -f "$gpu/nixlpy/nixl.tar.xz" ] && {
 echo
 echo "## C. NIXL, $ngpus initiator/target pairs at once (GPU i reads and writes GPU i+1), $runs times, 300 MiB"
-rm -rf /tmp/span_nixl && mkdir -p /tmp/span_nixl &&
-    tar -C /tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
+rm -rf $tmp/span_nixl && mkdir -p $tmp/span_nixl &&
+    tar -C $tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
 echo '| round | pair | nixl_check | twin rows wrong | cold start (ms): expandable twin, cudaMalloc native | left by the twin: expandable; cudaMalloc (fds target/initiator, exports) |'
 echo '|---|---|---|---|---|---|'
 for ((r = 0; r < runs; r++)); do
     for ((i = 0; i < ngpus; i++)); do
-        PYTHONPATH=/tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" \
+        PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" \
             --gpu --runs 1 --gpus $i,$(((i + 1) % ngpus)) \
-            > /tmp/span_nixl_c$i.log 2>&1 &
+            > $tmp/span_nixl_c$i.log 2>&1 &
     done
     wait
     for ((i = 0; i < ngpus; i++)); do
-        log=/tmp/span_nixl_c$i.log
+        log=$tmp/span_nixl_c$i.log
         v=$(grep '^nixl_check:' "$log")
         bad=$(grep -c '^| gpu .*cuda_ipc+.*FAIL' "$log")
         cold="$(sed -n 's/^- gpu expandable, UCX_TLS=.*cuda_ipc+.*: \([0-9.]*\) ms$/\1/p' "$log") / $(sed -n 's/^- gpu cudaMalloc, UCX_TLS=.*cuda_ipc,.*: \([0-9.]*\) ms$/\1/p' "$log")"

@@ -137,6 +137,18 @@ TEST_F(span_nvml_process, a_failed_probe_is_made_again_and_an_answer_kept)
     EXPECT_EQ(11, asked()) << "NVML asked again after it answered";
 }
 
+/* NVML that never answers (ctest nvml_give_up): each failed probe costs an
+ * iface open 10 tries, so the third is kept */
+TEST_F(span_nvml_process, a_third_failed_probe_is_kept)
+{
+    for (int probe = 1; probe <= 3; ++probe) {
+        EXPECT_EQ(0u, span_nvml_nvlinks());
+        EXPECT_EQ(10 * probe, asked()) << "probe " << probe;
+    }
+    EXPECT_EQ(0u, span_nvml_nvlinks());
+    EXPECT_EQ(30, asked()) << "NVML asked again after three failed probes";
+}
+
 /* A child forked while another thread probes (and holds the probe's lock
  * for its 10 tries) must find the lock free: fork waits for the probe */
 TEST_F(span_nvml_process, a_child_forked_during_a_probe_probes)

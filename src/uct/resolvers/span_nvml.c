@@ -41,11 +41,16 @@
  * process sets the GPU up */
 #define SPAN_NVML_TRIES                10
 #define SPAN_NVML_RETRY_USEC           20000
+/* Probes a process makes at most: each that fails costs an iface open up
+ * to SPAN_NVML_TRIES x SPAN_NVML_RETRY_USEC, and a process may open many */
+#define SPAN_NVML_PROBES               3
 
 /* What the process learnt from NVML: only an answer is kept (a count, or
  * NVML absent); a probe whose calls kept failing is made again when the
- * next twin of cuda_ipc opens (cuda_ipc retries its own at every query) */
+ * next twin of cuda_ipc opens (cuda_ipc retries its own at every query),
+ * up to SPAN_NVML_PROBES in all */
 static pthread_mutex_t span_nvml_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned        span_nvml_probes; /* made so far, failed */
 static int             span_nvml_known;
 static unsigned        span_nvml_links;
 
@@ -173,7 +178,8 @@ unsigned span_nvml_nvlinks(void)
 
     pthread_mutex_lock(&span_nvml_lock);
     if (!span_nvml_known &&
-        (span_nvml_probe(&span_nvml_links) == UCS_OK)) {
+        ((span_nvml_probe(&span_nvml_links) == UCS_OK) ||
+         (++span_nvml_probes == SPAN_NVML_PROBES))) {
         span_nvml_known = 1;
     }
     links = span_nvml_links;

@@ -40,7 +40,8 @@ ucs_status_t span_nvml_links_of(const span_nvml_ops_t *nvml,
 
 /* Active NVLinks of GPU 0 (cuda_ipc assumes a uniform node, and so does
  * the twin); 0 where NVML or the driver is missing or NVML failed. An
- * answer is kept for the process; a failure is asked again next time */
+ * answer is kept for the process; a failure is asked again next time, and
+ * a third one kept */
 unsigned span_nvml_nvlinks(void);
 
 #endif

@@ -60,6 +60,11 @@ fi
 # under its own CUDA_VISIBLE_DEVICES, keep theirs apart
 tmp=${SPAN_SUITE_TMP:-/tmp/span_suite${CUDA_VISIBLE_DEVICES:+_${CUDA_VISIBLE_DEVICES//,/_}}}
 mkdir -p "$tmp" && echo "logs: $tmp"
+# NIXL's python package from contrib/nixl_bundle.sh's copy, in $tmp/span_nixl
+nixl_unpack() {
+    rm -rf "$tmp/span_nixl" && mkdir -p "$tmp/span_nixl" &&
+        tar -C "$tmp/span_nixl" -xJf "$gpu/nixlpy/nixl.tar.xz"
+}
 rc=0
 # one pass of the GPU tests, a table of its rows: the whole case list GPU
 # 0->0 ("same") and, on two GPUs or more, the transfers of every case GPU
@@ -310,8 +315,7 @@ part N && {
 echo
 echo "## N. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors"
 if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
-    rm -rf $tmp/span_nixl && mkdir -p $tmp/span_nixl &&
-        tar -C $tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
+    nixl_unpack
     PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" --gpu \
         --runs "$runs"
     r=$?
@@ -416,8 +420,7 @@ done
 part C && [ "$ngpus" -ge 2 ] && [ -f "$gpu/nixlpy/nixl.tar.xz" ] && {
 echo
 echo "## C. NIXL, $ngpus initiator/target pairs at once (GPU i reads and writes GPU i+1), $runs times, 300 MiB"
-rm -rf $tmp/span_nixl && mkdir -p $tmp/span_nixl &&
-    tar -C $tmp/span_nixl -xJf "$gpu/nixlpy/nixl.tar.xz"
+nixl_unpack
 echo '| round | pair | nixl_check | twin rows wrong | cold start (ms): expandable twin, cudaMalloc native | left by the twin: expandable; cudaMalloc (fds target/initiator, exports) |'
 echo '|---|---|---|---|---|---|'
 for ((r = 0; r < runs; r++)); do

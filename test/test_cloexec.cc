@@ -120,7 +120,11 @@ TEST(span_cloexec, no_descriptor_of_span_reaches_an_exec)
     made["imported unit"] = unit;
 
     char path[64];
-    int arena = span_peer_fd_open(getpid(), spill.fd, path, sizeof(path));
+    int arena_path = span_peer_fd_path(getpid(), spill.fd, path,
+                                       sizeof(path));
+    ASSERT_GE(arena_path, 0);
+    made["spill arena by path"] = arena_path;
+    int arena = span_peer_fd_reopen(arena_path);
     ASSERT_GE(arena, 0);
     made["imported spill arena"] = arena;
 
@@ -137,6 +141,7 @@ TEST(span_cloexec, no_descriptor_of_span_reaches_an_exec)
     }
 
     close(arena);
+    close(arena_path);
     close(unit);
     close(table);
     close(pidfd);

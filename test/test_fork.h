@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <thread>
+#include <vector>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,21 +87,24 @@ static inline bool test_pipe_wait_closed(int fd, unsigned seconds)
     return (poll(&pfd, 1, seconds * 1000) == 1) && (read(fd, &c, 1) == 0);
 }
 
-/* Forks children one after another while a second thread runs work over
- * and over: each child runs body, in which a module must be usable (it
- * must not inherit a lock of it held by a thread the child does not have,
- * nor a half-made entry). The test fails at the first child that does not
- * exit with 0 within 5 s. */
+/* Forks children one after another while other threads (workers of them)
+ * run work over and over: each child runs body, in which a module must be
+ * usable (it must not inherit a lock of it held by a thread the child does
+ * not have, nor a half-made entry). The test fails at the first child that
+ * does not exit with 0 within 5 s. */
 static inline void test_fork_amid(const std::function<void()> &work,
                                   const std::function<int()> &body,
-                                  int children = 20)
+                                  int children = 20, int workers = 1)
 {
     std::atomic<bool> stop{false};
-    std::thread worker([&] {
-        while (!stop) {
-            work();
-        }
-    });
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+        threads.emplace_back([&] {
+            while (!stop) {
+                work();
+            }
+        });
+    }
 
     for (int c = 0; c < children; ++c) {
         pid_t child = test_fork(body);
@@ -112,7 +116,9 @@ static inline void test_fork_amid(const std::function<void()> &work,
         }
     }
     stop = true;
-    worker.join();
+    for (auto &t : threads) {
+        t.join();
+    }
 }
 
 #endif

@@ -13,6 +13,8 @@ extern "C" {
 #include <chrono>
 #include <fcntl.h>
 #include <future>
+#include <thread>
+#include <atomic>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -205,6 +207,29 @@ TEST(span_spill, a_fork_amid_spills_leaves_the_child_an_arena)
     });
 }
 
+/* A child forked while other threads fetch spilled keys (each checks the
+ * peer's host and PID namespace) fetches too: no lock of UCX's is taken on
+ * the way (UCX's system id takes one at every read; span reads it once).
+ * Seen hanging in the child before, at forks 112 to 1393 of 3000. */
+TEST(span_spill, a_child_forked_amid_fetches_fetches)
+{
+    auto keys = keys_of(3, 192, 9);
+    span_rkey_spill_t r;
+    ASSERT_EQ(UCS_OK, span_spill_put(keys.data(), 3, 192, &r));
+
+    test_fork_amid([&] {
+        std::vector<uint8_t> back(keys.size());
+        (void)span_spill_fetch(&r, 3, 192, back.data());
+    }, [&] {
+        std::vector<uint8_t> back(keys.size());
+        TEST_CHILD_CHECK(span_spill_fetch(&r, 3, 192, back.data()) ==
+                         UCS_OK);
+        TEST_CHILD_CHECK(back == keys);
+        return 0;
+    }, 2000, 2);
+    span_spill_remove(&r);
+}
+
 /*
  * What a peer's reference names is untrusted (issue 16, item 6): the pid
  * and fd may name anything this process can open through /proc.
@@ -262,6 +287,38 @@ TEST_F(span_spill_peer, a_fifo_without_writer_fails_fast)
     }
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, result.get());
     EXPECT_EQ(1u, logs.count("is not a spill arena"));
+}
+
+/* What a peer names is checked before it is opened: a FIFO whose writer
+ * waits in open() for a reader is not released by the fetch (an open of
+ * the path itself would be that reader, as it would call a device's or a
+ * FUSE file's open) */
+TEST_F(span_spill_peer, a_descriptor_is_checked_before_it_is_opened)
+{
+    ASSERT_EQ(0, mkfifo(path().c_str(), 0600));
+    fd = open(path().c_str(), O_PATH);
+    ASSERT_GE(fd, 0);
+    std::atomic<bool> writer_opened{false};
+    std::thread writer([&] {
+        int w = open(path().c_str(), O_WRONLY); /* waits for a reader */
+        writer_opened = true;
+        close(w);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_FALSE(writer_opened);
+
+    span_rkey_spill_t bad = ref;
+    bad.fd                = fd;
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, fetch(bad));
+    EXPECT_EQ(1u, logs.count("is not a spill arena"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_FALSE(writer_opened) << "the fetch opened the FIFO it was named";
+
+    int r = open(path().c_str(), O_RDONLY | O_NONBLOCK); /* releases it */
+    writer.join();
+    close(r);
+    EXPECT_TRUE(writer_opened);
 }
 
 /* A regular file that holds a copy of the arena, header and keys: only the

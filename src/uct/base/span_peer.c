@@ -19,14 +19,32 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* This host's part of the keys, and whether it was read */
+static uint32_t span_peer_host_id;
+static int      span_peer_host_read;
+
 /* This host as keys name it: 32 bits of UCX's system id, which UCX reads
  * from the kernel's boot id (a random UUID per boot): what tells UCX's own
- * same-host transports apart from other hosts */
+ * same-host transports apart from other hosts. Read once: UCX takes a
+ * process-wide lock at every call, which a child forked while another
+ * thread holds it would wait on forever. Readers racing on the first read
+ * store the same value. */
 static uint32_t span_peer_host(void)
 {
-    uint64_t id = ucs_get_system_id();
+    uint64_t id;
 
-    return (uint32_t)(id ^ (id >> 32));
+    if (!__atomic_load_n(&span_peer_host_read, __ATOMIC_ACQUIRE)) {
+        id = ucs_get_system_id();
+        __atomic_store_n(&span_peer_host_id, (uint32_t)(id ^ (id >> 32)),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&span_peer_host_read, 1, __ATOMIC_RELEASE);
+    }
+    return __atomic_load_n(&span_peer_host_id, __ATOMIC_RELAXED);
+}
+
+void span_peer_init(void)
+{
+    (void)span_peer_host();
 }
 
 /* The host's part (high 32 bits) and the inode number in the link
@@ -86,10 +104,18 @@ int span_peer_pidfd_getfd(int pidfd, uint32_t fd)
     return syscall(SYS_pidfd_getfd, pidfd, (int)fd, 0);
 }
 
-int span_peer_fd_open(uint32_t pid, uint32_t fd, char *path, size_t size)
+int span_peer_fd_path(uint32_t pid, uint32_t fd, char *path, size_t size)
 {
     snprintf(path, size, "/proc/%u/fd/%u", pid, fd);
-    return open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    return open(path, O_PATH | O_CLOEXEC);
+}
+
+int span_peer_fd_reopen(int opath)
+{
+    char self[64];
+
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", opath);
+    return open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 }
 
 void span_peer_fd_link(int fd, char *link, size_t size)

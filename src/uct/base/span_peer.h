@@ -12,6 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Reads what names this host, once, while span loads and no thread of the
+ * process is in span yet (span_peer_pid_ns reads it on first use where
+ * span_peer_init was not called) */
+void span_peer_init(void);
+
 /* This process's PID namespace, as keys carry it: 32 bits of UCX's system
  * id of this host, then the inode number of /proc/self/ns/pid, unique only
  * within one kernel */
@@ -31,11 +36,16 @@ ucs_status_t span_peer_check(uint32_t pid, uint64_t pid_ns, uint32_t fd,
 int span_peer_pidfd_open(uint32_t pid);
 int span_peer_pidfd_getfd(int pidfd, uint32_t fd);
 
-/* Opens /proc/<pid>/fd/<fd> to read, as ptrace read access allows: without
- * waiting (a FIFO without a writer) and without taking a terminal as the
- * controlling one; its path in path for the log. A descriptor, or -1 with
- * errno set. */
-int span_peer_fd_open(uint32_t pid, uint32_t fd, char *path, size_t size);
+/* A peer's descriptor by path, in two steps, so that what it names is
+ * checked before it is opened: span_peer_fd_path takes /proc/<pid>/fd/<fd>
+ * as ptrace read access allows, with O_PATH, which opens nothing (a FIFO's
+ * writer is not released, a device's or a FUSE file's open is not called),
+ * its path in path for the log; once the caller checked it (fstat,
+ * span_peer_fd_link), span_peer_fd_reopen opens the same file to read,
+ * without waiting and without taking a terminal as the controlling one.
+ * Each returns a descriptor, or -1 with errno set. */
+int span_peer_fd_path(uint32_t pid, uint32_t fd, char *path, size_t size);
+int span_peer_fd_reopen(int opath);
 
 /* What this process's descriptor fd links to ("/memfd:name (deleted)"),
  * "" where unreadable: whether a descriptor taken from a peer is what the

@@ -303,7 +303,8 @@ static ucs_status_t span_spill_read_slot(int fd, const span_rkey_spill_t *spill,
     return UCS_OK;
 }
 
-/* Whether what fd (opened from path) is is the memfd of a spill arena */
+/* Whether what fd (taken from path, O_PATH) is is the memfd of a spill
+ * arena */
 static ucs_status_t span_spill_check_arena(int fd, const char *path)
 {
     char link[PATH_MAX];
@@ -325,7 +326,7 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
     char path[64];
     uint64_t header[2];
     ucs_status_t status;
-    int fd;
+    int opath, fd;
 
     status = span_peer_check(spill->pid, spill->pid_ns, spill->fd,
                              "the spill arena");
@@ -333,16 +334,24 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
         return status;
     }
 
-    fd = span_peer_fd_open(spill->pid, spill->fd, path, sizeof(path));
-    if (fd < 0) {
-        ucs_error("span spill: cannot open %s to read %u keys: %m (is the "
+    opath = span_peer_fd_path(spill->pid, spill->fd, path, sizeof(path));
+    if (opath < 0) {
+        ucs_error("span spill: cannot take %s to read %u keys: %m (is the "
                   "peer on another node, or not dumpable?)", path, n);
         return UCS_ERR_UNREACHABLE;
     }
 
-    status = span_spill_check_arena(fd, path);
+    status = span_spill_check_arena(opath, path);
     if (status != UCS_OK) {
-        goto out;
+        close(opath);
+        return status;
+    }
+
+    fd = span_peer_fd_reopen(opath);
+    close(opath);
+    if (fd < 0) {
+        ucs_error("span spill: cannot open %s to read %u keys: %m", path, n);
+        return UCS_ERR_UNREACHABLE;
     }
 
     status = UCS_ERR_INVALID_PARAM;

@@ -352,6 +352,17 @@ static ucs_status_t strict_check(uint64_t addr, size_t length,
 {
     const strict_region_t *region = (const strict_region_t*)rkey;
 
+    /* a key value no registration has (UCT_INVALID_RKEY, 0): a NIC checks
+     * no key for an empty access and fails any other */
+    if ((rkey + 1) <= 1) {
+        if (length == 0) {
+            return UCS_OK;
+        }
+        ucs_error("strict: remote access error: %s of [0x%" PRIx64 ", +%zu) "
+                  "with key 0x%lx, which no region has", op, addr, length,
+                  (unsigned long)rkey);
+        return UCS_ERR_IO_ERROR;
+    }
     if (region->key != strict_key(region->base, region->length)) {
         ucs_error("strict: remote access error: key 0x%x does not match the "
                   "region [0x%" PRIx64 ", +%" PRIu64 ")", region->key,

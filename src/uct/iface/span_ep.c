@@ -33,6 +33,25 @@ static UCS_F_ALWAYS_INLINE const span_rkey_t *span_rkey(uct_rkey_t rkey)
     return (const span_rkey_t*)rkey;
 }
 
+/*
+ * An op given no key reaches the inner transport with it, as it is, where
+ * that transport reads no key (its MD packs none: cma, self, tcp) or the op
+ * moves no byte: the answer is the native one. Elsewhere the inner
+ * transport would take the value for an address or a NIC's key: refused.
+ */
+static UCS_F_NOINLINE ucs_status_t
+span_ep_no_rkey(uct_ep_h ep, uint64_t remote_addr, size_t length,
+                uct_rkey_t rkey)
+{
+    if ((length == 0) || span_iface_get(ep->iface)->keyless) {
+        return UCS_OK;
+    }
+    ucs_error("span ep %p: an access of %zu bytes at 0x%" PRIx64 " with "
+              "rkey 0x%lx, which names no registration, where the transport "
+              "needs a key", ep, length, remote_addr, (unsigned long)rkey);
+    return UCS_ERR_INVALID_PARAM;
+}
+
 /* Adds the length x count bytes of iov to *total_p; 0 where they wrap */
 static UCS_F_ALWAYS_INLINE int
 span_iov_add_bytes(const uct_iov_t *iov, size_t *total_p)
@@ -129,16 +148,18 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
  * the fast version calls the uniform op (the inner op, with no lookup
  * where every twin that has the op has the same one) with no stack frame
  * of its own; every other case takes the slow version, which checks chunks
- * and finds the iface in the table. The arguments after _params name the
+ * (or an op with no key: span_ep_no_rkey) and finds the iface in the table. The arguments after _params name the
  * inner op's, with key for the rkey.
  */
 #define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
     static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \
     { \
         ucs_status_t status; \
-        uct_rkey_t key; \
+        uct_rkey_t key = rkey; \
         \
-        status = span_rkey_whole(span_rkey(rkey), remote_addr, _length, \
+        status = span_rkey_is_none(rkey) ? \
+                 span_ep_no_rkey(ep, remote_addr, _length, rkey) : \
+                 span_rkey_whole(span_rkey(rkey), remote_addr, _length, \
                                  &key); \
         if (ucs_unlikely(status != UCS_OK)) { \
             return status; \
@@ -150,7 +171,8 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
     { \
         uct_rkey_t key; \
         \
-        if (ucs_likely(span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
+        if (ucs_likely(!span_rkey_is_none(rkey) && \
+                       span_rkey_whole_fast(span_rkey(rkey), remote_addr, \
                                             _length, &key))) { \
             return span_iface_uniform_op(ep_##_op)(__VA_ARGS__); \
         } \
@@ -250,6 +272,12 @@ static ssize_t span_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
     uct_rkey_t inner;
     ssize_t ret;
 
+    /* with no key, as natively: the length is known only once packed,
+     * which a transport may do in place at the address the key makes */
+    if (ucs_unlikely(span_rkey_is_none(rkey))) {
+        return span_iface_get(ep->iface)->ops.ep_put_bcopy(ep, pack_cb, arg,
+                                                           remote_addr, rkey);
+    }
     if (ucs_unlikely(!span_rkey_check(ctx.rkey, remote_addr, 1))) {
         return UCS_ERR_INVALID_ADDR;
     }
@@ -333,9 +361,22 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
     uct_iov_t inner_iov[SPAN_IOV_MAX];
     size_t length = span_iov_translate(inner_iov, iov, iovcnt);
     uct_ep_put_zcopy_func_t zcopy;
+    ucs_status_t status;
     uct_rkey_t inner;
     uint64_t avail;
 
+    if (ucs_unlikely(span_rkey_is_none(rkey))) {
+        if (length == SIZE_MAX) {
+            return span_iov_refused(iov, iovcnt);
+        }
+        status = span_ep_no_rkey(ep, remote_addr, length, rkey);
+        if (status != UCS_OK) {
+            return status;
+        }
+        zcopy = is_put ? span_iface_get(ep->iface)->ops.ep_put_zcopy :
+                         span_iface_get(ep->iface)->ops.ep_get_zcopy;
+        return zcopy(ep, inner_iov, iovcnt, remote_addr, rkey, comp);
+    }
     if (ucs_unlikely(!span_rkey_check(srkey, remote_addr,
                                       (length == SIZE_MAX) ?
                                       span_iov_length(iov, iovcnt) :
@@ -449,8 +490,8 @@ span_rkey_zcopy_iov_fast(const span_rkey_t *rkey, uint64_t addr,
  * memh (span_iface_unread_op), the caller's iov passes as it is;
  * elsewhere a memh of one entry is translated out of line. Two to four
  * entries take the same line where no memh is read; every other case, an
- * access out of range included, goes to the slow version, with the same
- * arguments.
+ * access out of range and an op with no key included, goes to the slow
+ * version, with the same arguments.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
@@ -462,7 +503,9 @@ span_ep_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov, size_t iovcnt,
                                     span_iface_unread_op(ep_get_zcopy);
     int fast;
 
-    if (ucs_likely((iovcnt == 1) && (iov->count == 1))) {
+    if (ucs_unlikely(span_rkey_is_none(rkey))) {
+        fast = 0;
+    } else if (ucs_likely((iovcnt == 1) && (iov->count == 1))) {
         fast = span_rkey_zcopy_fast(srkey, remote_addr, iov->length);
         if (fast && (zcopy == NULL)) {
             return (is_put ? span_ep_put_zcopy_memh : span_ep_get_zcopy_memh)(

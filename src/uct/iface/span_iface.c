@@ -275,6 +275,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->copy_ops    = span_vendor_vmm_copy(smd->dev_mem_type);
     siface->put_zcopy_any = span_iface_put_zcopy_any(inner_tl, &attr);
     siface->memh_unread = span_iface_md_memh_unread(smd);
+    siface->keyless     = (smd->inner_attr.rkey_packed_size == 0);
     siface->copy        = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_table_insert(iface, siface);

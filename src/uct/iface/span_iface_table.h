@@ -32,6 +32,9 @@ typedef struct span_iface {
                                          op (rocm_ipc) */
     int                memh_unread; /* the inner MD registers nothing, so
                                        its transport reads no local memh */
+    int                keyless;   /* the inner MD packs no key, so its
+                                     transport reads none: ops with no key
+                                     (UCT_INVALID_RKEY, 0) pass as they are */
     span_split_queue_t queue;
     /* the vendor of the twin's device memory, NULL where none was built */
     const span_vmm_copy_ops_t *copy_ops;

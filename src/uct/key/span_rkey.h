@@ -135,6 +135,14 @@ typedef struct span_rkey {
     } inner[];
 } span_rkey_t;
 
+/* UCT_INVALID_RKEY or 0: no key, which UCT users pass for memory without a
+ * memh (uct_iface_mem_alloc on cma) and with empty ops; checked with one
+ * add and one compare before a key is read */
+static UCS_F_ALWAYS_INLINE int span_rkey_is_none(uct_rkey_t rkey)
+{
+    return (rkey + 1) <= 1;
+}
+
 /* The extent of an unpacked rkey, from its parsed key; its access path
  * (inner keys, vmm) is set before */
 void span_rkey_init(span_rkey_t *rkey, const span_rkey_desc_t *desc);

@@ -186,6 +186,9 @@ ucs_status_t span_rkey_release(uct_component_t *component,
 {
     span_rkey_t *srkey = (span_rkey_t*)rkey;
 
+    if (span_rkey_is_none(rkey)) {
+        return UCS_OK; /* nothing was unpacked */
+    }
     if (srkey->vmm != NULL) {
         span_vmm_cache_put(srkey->vmm);
     }
@@ -203,6 +206,12 @@ ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
     ucs_status_t status;
     uint64_t avail;
 
+    if (span_rkey_is_none(rkey)) {
+        ucs_error("span rkey 0x%lx: names no registration: no address of "
+                  "0x%" PRIx64 " is mapped through it", (unsigned long)rkey,
+                  remote_addr);
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (srkey->vmm != NULL) {
         /* the mapping is device memory: UCP copies it with its zcopy ops */
         return UCS_ERR_UNSUPPORTED;
@@ -241,6 +250,10 @@ ucs_status_t span_rkey_compare(uct_component_t *component,
 
     if ((params->field_mask != 0) || (result == NULL)) {
         return UCS_ERR_INVALID_PARAM;
+    }
+    if (span_rkey_is_none(rkey1) || span_rkey_is_none(rkey2)) {
+        *result = span_rkey_cmp_u64(rkey1, rkey2); /* no key is only itself */
+        return UCS_OK;
     }
 
     *result = span_rkey_cmp_u64((uintptr_t)a->inner_component,

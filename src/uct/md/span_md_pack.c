@@ -362,12 +362,13 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
     span_memh_t *smem = memh;
     uint64_t base, range;
 
+    /* a key that may be invalidated is asked as UCX's MDs that cannot
+     * invalidate take it (the twin advertises no UCT_MD_FLAG_INVALIDATE_*):
+     * packed as any other; an exported key is another object, refused */
     if ((params->field_mask & UCT_MD_MKEY_PACK_FIELD_FLAGS) &&
-        (params->flags & (UCT_MD_MKEY_PACK_FLAG_EXPORT |
-                          UCT_MD_MKEY_PACK_FLAG_INVALIDATE_RMA |
-                          UCT_MD_MKEY_PACK_FLAG_INVALIDATE_AMO))) {
-        ucs_error("span md %p: mkey pack flags 0x%x are not supported", md,
-                  params->flags);
+        (params->flags & UCT_MD_MKEY_PACK_FLAG_EXPORT)) {
+        ucs_error("span md %p: mkey pack flags 0x%x: exported keys are not "
+                  "supported", md, params->flags);
         return UCS_ERR_UNSUPPORTED;
     }
 

@@ -17,6 +17,8 @@
 #include <pthread.h>
 
 typedef enum {
+    SPAN_FORK_TWINS,      /* component/span_component.c: adds twins (reads
+                           * config, allocates) under it */
     SPAN_FORK_UCM,        /* ucm_hooks/span_ucm.c: subscribes under it
                            * (md/span_md_events.c registers it) */
     SPAN_FORK_IFACE,      /* iface/span_iface.c: the twin iface table */

@@ -8,6 +8,8 @@
 #include "span_loader.h"
 #include "md/span_md_open.h"
 #include "key/span_rkey_unpack.h"
+#include "base/span_fork.h"
+#include "base/span_peer.h"
 
 #include <ucs/sys/string.h>
 #include <pthread.h>
@@ -37,7 +39,18 @@ static ucs_config_global_list_entry_t span_global_config_entry = {
     .size   = sizeof(span_global_config_t),
 };
 
-static pthread_once_t span_twins_once = PTHREAD_ONCE_INIT;
+/* Twins are added under the lock until every transport allowed has its
+ * own or can have none: a twin lost to a failed allocation is added at a
+ * later query, not lost for the process */
+static pthread_mutex_t span_twins_lock = PTHREAD_MUTEX_INITIALIZER;
+static int             span_twins_done;
+
+static const span_fork_handlers_t span_twins_fork = {.lock = &span_twins_lock};
+
+static void UCS_F_CTOR span_twins_fork_register(void)
+{
+    span_fork_register(SPAN_FORK_TWINS, &span_twins_fork);
+}
 
 static int span_transport_allowed(const ucs_config_allow_list_t *allow,
                                   const char *name)
@@ -52,18 +65,19 @@ static int span_transport_allowed(const ucs_config_allow_list_t *allow,
     return (allow->mode == UCS_CONFIG_ALLOW_LIST_ALLOW) == found;
 }
 
-/* Runs once, after UCX loaded every module: the inner components are known */
-static void span_twins_init(void)
+/* Adds the twins that are not there yet; 1 where none is missing */
+static int span_twins_add(void)
 {
     span_global_config_t config;
     uct_component_t *component;
+    int done = 1;
     uct_tl_t *tl;
 
     if (ucs_config_parser_fill_opts(&config, &span_global_config_entry,
                                     UCS_DEFAULT_ENV_PREFIX, 0) != UCS_OK) {
         ucs_error("span component: cannot read UCX_SPAN_TRANSPORTS; no "
-                  "twins are offered");
-        return;
+                  "twins are offered now");
+        return 0;
     }
 
     ucs_list_for_each(component, &uct_components_list, list) {
@@ -72,13 +86,31 @@ static void span_twins_init(void)
         }
 
         ucs_list_for_each(tl, &component->tl_list, list) {
-            if (span_transport_allowed(&config.transports, tl->name)) {
-                (void)span_tl_add(&span_component, component, tl);
+            if (span_transport_allowed(&config.transports, tl->name) &&
+                (span_tl_add(&span_component, component, tl) ==
+                 UCS_ERR_NO_MEMORY)) {
+                done = 0;
             }
         }
     }
 
     ucs_config_parser_release_opts(&config, span_global_config_table);
+    return done;
+}
+
+/* After UCX loaded every module (the inner components are known), at each
+ * query and open until every twin is there */
+static void span_twins_init(void)
+{
+    if (__atomic_load_n(&span_twins_done, __ATOMIC_ACQUIRE)) {
+        return;
+    }
+
+    pthread_mutex_lock(&span_twins_lock);
+    if (!span_twins_done && span_twins_add()) {
+        __atomic_store_n(&span_twins_done, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&span_twins_lock);
 }
 
 static int span_component_has_twins(const uct_component_t *inner)
@@ -111,6 +143,8 @@ static ucs_status_t span_md_resources_append(uct_component_t *inner,
     res = ucs_realloc(*res_p, sizeof(*res) * (*count_p + inner_count),
                       "span_md_resources");
     if (res == NULL) {
+        ucs_error("span component: no memory for %u MD resources",
+                  *count_p + inner_count);
         status = UCS_ERR_NO_MEMORY;
         goto out;
     }
@@ -144,7 +178,7 @@ span_query_md_resources(uct_component_t *component,
     uct_component_t *inner;
     ucs_status_t status;
 
-    pthread_once(&span_twins_once, span_twins_init);
+    span_twins_init();
 
     ucs_list_for_each(inner, &uct_components_list, list) {
         if ((inner == &span_component) || !span_component_has_twins(inner)) {
@@ -168,7 +202,7 @@ static ucs_status_t span_component_md_open(uct_component_t *component,
                                            const uct_md_config_t *config,
                                            uct_md_h *md_p)
 {
-    pthread_once(&span_twins_once, span_twins_init);
+    span_twins_init();
     return span_md_open(component, md_name, config, md_p);
 }
 
@@ -242,6 +276,7 @@ span_impl_global_init(void)
         return UCS_ERR_UNSUPPORTED;
     }
 
+    span_peer_init();
     uct_component_register(&span_component);
     ucs_list_add_tail(&ucs_config_global_list, &span_global_config_entry.list);
     span_component_registered = 1;

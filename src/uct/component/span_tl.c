@@ -77,10 +77,23 @@ static ucs_status_t (*const span_tl_query_devices_fns[SPAN_TL_MAX])(
 
 static span_tl_t *span_tl_find(const char *name)
 {
+    unsigned i, count = __atomic_load_n(&span_tl_count, __ATOMIC_ACQUIRE);
+
+    for (i = 0; i < count; ++i) {
+        if (!strcmp(span_tls[i]->super.name, name)) {
+            return span_tls[i];
+        }
+    }
+    return NULL;
+}
+
+/* The twin of inner_tl, where it was added */
+static span_tl_t *span_tl_find_inner(const uct_tl_t *inner_tl)
+{
     unsigned i;
 
     for (i = 0; i < span_tl_count; ++i) {
-        if (!strcmp(span_tls[i]->super.name, name)) {
+        if (span_tls[i]->inner == inner_tl) {
             return span_tls[i];
         }
     }
@@ -144,6 +157,10 @@ ucs_status_t span_tl_add(uct_component_t *span,
 {
     span_tl_t *tl;
 
+    if (span_tl_find_inner(inner_tl) != NULL) {
+        return UCS_OK;
+    }
+
     if (strlen(inner_tl->name) + strlen(SPAN_TWIN_SUFFIX) >=
         UCT_TL_NAME_MAX) {
         ucs_debug("span tl '%s': gets no twin: its name is too long "
@@ -159,6 +176,9 @@ ucs_status_t span_tl_add(uct_component_t *span,
 
     tl = calloc(1, sizeof(*tl));
     if (tl == NULL) {
+        ucs_error("span tl '%s': cannot allocate its twin (%zu bytes); it is "
+                  "tried again when the span component is next queried",
+                  inner_tl->name, sizeof(*tl));
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -172,7 +192,9 @@ ucs_status_t span_tl_add(uct_component_t *span,
     tl->inner               = inner_tl;
     tl->inner_component     = inner_component;
 
-    span_tls[span_tl_count++] = tl;
+    /* readers index span_tls below the count they load: the slot first */
+    span_tls[span_tl_count] = tl;
+    __atomic_store_n(&span_tl_count, span_tl_count + 1, __ATOMIC_RELEASE);
     ucs_list_add_tail(&span->tl_list, &tl->super.list);
     return UCS_OK;
 }

@@ -7,7 +7,9 @@
 #include "ucx/span_ucx.h"
 
 /* Adds the twin of inner_tl, a transport of inner_component, to the
- * transports of span, the span component */
+ * transports of span, the span component, where it has none: UCS_OK, or
+ * UCS_ERR_NO_MEMORY (logged; it may be added later), or another error
+ * where it can have no twin. Callers serialize. */
 ucs_status_t span_tl_add(uct_component_t *span,
                          uct_component_t *inner_component, uct_tl_t *inner_tl);
 

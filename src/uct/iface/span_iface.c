@@ -264,6 +264,8 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
 
     siface = malloc(sizeof(*siface));
     if (siface == NULL) {
+        ucs_error("span iface %p: no memory for its twin state (%zu bytes)",
+                  iface, sizeof(*siface));
         return UCS_ERR_NO_MEMORY;
     }
 

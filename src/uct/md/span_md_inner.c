@@ -211,6 +211,8 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
     }
     wrap = calloc(1, sizeof(*wrap));
     if (wrap == NULL) {
+        ucs_error("span inner md %p: no memory for its ops table (%zu bytes)",
+                  inner, sizeof(*wrap));
         return UCS_ERR_NO_MEMORY;
     }
     status = span_md_inner_copy_ops(wrap, inner->ops);

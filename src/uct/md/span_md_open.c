@@ -368,6 +368,8 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
     smd = calloc(1, sizeof(*smd));
     if (smd == NULL) {
+        ucs_error("span md '%s': no memory for the twin MD (%zu bytes)",
+                  md_name, sizeof(*smd));
         return UCS_ERR_NO_MEMORY;
     }
 

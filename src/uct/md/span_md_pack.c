@@ -98,6 +98,8 @@ static ucs_status_t span_md_vmm_export(span_md_t *smd, span_memh_t *memh,
     memh->vmm_exports = calloc(n, sizeof(*memh->vmm_exports));
     keys              = calloc(n, sizeof(*keys));
     if ((memh->vmm_exports == NULL) || (keys == NULL)) {
+        ucs_error("span md %p: no memory for the exports of %u units", smd,
+                  n);
         free(keys);
         span_md_vmm_unexport(memh, 0);
         return UCS_ERR_NO_MEMORY;
@@ -182,6 +184,8 @@ ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
 
     keys = malloc((K * memh->geom.num_chunks) + 1);
     if (keys == NULL) {
+        ucs_error("span md %p: no memory to pack %u keys of %zu bytes", smd,
+                  memh->geom.num_chunks, K);
         return UCS_ERR_NO_MEMORY;
     }
     for (i = 0; (K > 0) && (i < memh->geom.num_chunks); ++i) {

@@ -436,6 +436,8 @@ ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
     /* the inner MD allocates and registers at once: one chunk */
     memh = span_memh_alloc(1);
     if (memh == NULL) {
+        ucs_error("span md %p: no memory for a handle of %zu bytes allocated",
+                  md, *length_p);
         return UCS_ERR_NO_MEMORY;
     }
 

@@ -278,6 +278,8 @@ ucs_status_t span_vmm_export_get(const span_vmm_export_ops_t *ops,
 
     export = calloc(1, sizeof(*export));
     if (export == NULL) {
+        ucs_error("span vmm export: no memory to export a unit (%zu bytes)",
+                  sizeof(*export));
         return UCS_ERR_NO_MEMORY;
     }
     status = ops->export_fd(base, &fd);

@@ -6,6 +6,7 @@
 #include "span_component.h"
 #include "span_tl.h"
 #include "span_loader.h"
+#include "md/span_md_config.h"
 #include "md/span_md_open.h"
 #include "key/span_rkey_unpack.h"
 #include "base/span_fork.h"
@@ -95,7 +96,7 @@ static int span_twins_add(void)
     }
 
     ucs_config_parser_release_opts(&config, span_global_config_table);
-    return done;
+    return (span_md_config_extend(&span_component) == UCS_OK) && done;
 }
 
 /* After UCX loaded every module (the inner components are known), at each
@@ -277,6 +278,9 @@ span_impl_global_init(void)
     }
 
     span_peer_init();
+    if (span_md_config_extend(&span_component) != UCS_OK) {
+        return UCS_ERR_NO_MEMORY;
+    }
     uct_component_register(&span_component);
     ucs_list_add_tail(&ucs_config_global_list, &span_global_config_entry.list);
     span_component_registered = 1;
@@ -290,6 +294,7 @@ static void UCS_F_DTOR span_component_cleanup(void)
     }
 
     span_tl_remove_all();
+    span_md_config_cleanup(&span_component);
     ucs_list_del(&span_global_config_entry.list);
     uct_component_unregister(&span_component);
     ucs_list_del(&span_component.list);

@@ -1,9 +1,10 @@
 /*
- * Twin memory domain: its configuration, opening and closing, what it
+ * Twin memory domain: opening and closing, what it
  * reports, and the ops it passes to the inner MD. Registration is in
  * span_md_reg.c, key packing in span_md_pack.c.
  */
 #include "span_md_open.h"
+#include "span_md_config.h"
 #include "span_md_events.h"
 #include "span_md_pack.h"
 #include "span_md_reg.h"
@@ -24,71 +25,6 @@
 /* The chunk size travels in 32 bits of pages: larger limits are no limit */
 #define SPAN_MD_CHUNK_MAX       ((uint64_t)UINT32_MAX * SPAN_RKEY_PAGE)
 
-ucs_config_field_t span_md_config_table[] = {
-    {"", "", NULL, ucs_offsetof(span_md_config_t, super),
-     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
-
-    {"MAX_CHUNK", "inf",
-     "Largest inner registration, below what the inner MD reports it can\n"
-     "register (its max_reg). A larger region is registered as chunks of\n"
-     "this size, published together in one span rkey. Set it to exercise\n"
-     "chunking on a transport without a limit, or below a NIC's real\n"
-     "max_mr_size where the driver does not report it. Whole 4 KiB pages.",
-     ucs_offsetof(span_md_config_t, max_chunk), UCS_CONFIG_TYPE_MEMUNITS},
-
-    {"CHUNK_OVERLAP", "auto",
-     "Bytes by which neighbour chunks overlap. Twin transports offer ops of\n"
-     "at most this many bytes (max_short/bcopy/zcopy), so that an op never\n"
-     "straddles a chunk end; larger transfers are cut by UCP. 'auto' is\n"
-     "4 MiB or a quarter of the chunk, the smaller. Whole 4 KiB pages.",
-     ucs_offsetof(span_md_config_t, chunk_overlap), UCS_CONFIG_TYPE_MEMUNITS},
-
-    {"SPILL", "try",
-     "Where the inner keys of a registration do not fit in the 255 bytes of\n"
-     "a span rkey (one cuda_ipc key is 192 bytes: a buffer over several VMM\n"
-     "handles needs more), keep them in this process and let the importer\n"
-     "on the same node read them (through /proc/<pid>/fd, as the same user).\n"
-     "try: when needed, on transports that reach only this node; yes: for\n"
-     "every registration with inner keys (tests); no: never, such a\n"
-     "registration fails.",
-     ucs_offsetof(span_md_config_t, spill), UCS_CONFIG_TYPE_TERNARY},
-
-    {"VMM_WIDEN", "64g",
-     "With UCX's defaults (UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES=cuda) UCP cuts\n"
-     "the registration of a buffer over several VMM handles (PyTorch's\n"
-     "expandable segments, cuMemCreate pools) to the handle that holds its\n"
-     "first byte, and every op past it would be refused. A registration of\n"
-     "exactly one POSIX-fd VMM handle is therefore widened over the handles\n"
-     "of its size mapped right after it on the same device, up to this many\n"
-     "bytes and a quarter of RLIMIT_NOFILE handles (span may export one fd\n"
-     "per handle). The peer may then access those neighbours too. 0: never\n"
-     "widen (set UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES= so that UCP registers\n"
-     "buffers as given).",
-     ucs_offsetof(span_md_config_t, vmm_widen), UCS_CONFIG_TYPE_MEMUNITS},
-
-    {"TEST_UNIT_SIZE", "inf",
-     "For tests: declare a hard boundary (a physical allocation boundary,\n"
-     "which no inner registration or op may cross) at every multiple of\n"
-     "this size. 'inf': none.",
-     ucs_offsetof(span_md_config_t, test_unit_size), UCS_CONFIG_TYPE_MEMUNITS},
-
-    {"TEST_FAIL_REG", "0",
-     "For tests: the inner registration of chunk N (1-based) of every\n"
-     "registration fails with 'Out of memory'. 0: none.",
-     ucs_offsetof(span_md_config_t, test_fail_reg), UCS_CONFIG_TYPE_UINT},
-
-    {"TEST_FAIL_DEREG", "0",
-     "For tests: the deregistration of chunk N (1-based) reports an I/O\n"
-     "error after releasing it. 0: none.",
-     ucs_offsetof(span_md_config_t, test_fail_dereg), UCS_CONFIG_TYPE_UINT},
-
-    {"TEST_NO_RESOURCE", "0",
-     "For tests: piece N (2 or more) of every op split at a chunk or unit\n"
-     "end first meets 'no resource' once, as from a full send queue. 0: none.",
-     ucs_offsetof(span_md_config_t, test_no_resource), UCS_CONFIG_TYPE_UINT},
-
-    {NULL}
-};
 
 /* Whether device memory registrations are cut at physical units */
 static int span_md_resolves(const span_md_t *smd)
@@ -336,10 +272,20 @@ static uct_component_t *span_md_find_inner_component(uct_component_t *span,
     return NULL;
 }
 
-static ucs_status_t span_md_open_inner(span_md_t *smd, const char *inner_name)
+/* The inner MD, with the inner fields of the twin's configuration, or
+ * where it has none, the inner component's own from the environment */
+static ucs_status_t span_md_open_inner(span_md_t *smd, const char *inner_name,
+                                       const uct_md_config_t *twin_config)
 {
+    const uct_md_config_t *inner = span_md_config_inner(twin_config,
+                                                        smd->inner_component);
     uct_md_config_t *config;
     ucs_status_t status;
+
+    if (inner != NULL) {
+        return uct_md_open(smd->inner_component, inner_name, inner,
+                           &smd->inner);
+    }
 
     status = uct_md_config_read(smd->inner_component, NULL, NULL, &config);
     if (status != UCS_OK) {
@@ -385,7 +331,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     }
 
     smd->inner_id = span_rkey_component_id(smd->inner_component->name);
-    status        = span_md_open_inner(smd, inner_name);
+    status        = span_md_open_inner(smd, inner_name, config);
     if (status != UCS_OK) {
         ucs_debug("span md '%s': failed to open inner MD '%s': %s", md_name,
                   inner_name, ucs_status_string(status));

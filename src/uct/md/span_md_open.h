@@ -1,13 +1,11 @@
 /*
- * Opening a twin MD: the span component's md_open and the configuration it
- * reads (UCX_SPAN_* of the MD).
+ * Opening a twin MD: the span component's md_open, with the configuration
+ * of span_md_config.h.
  */
 #ifndef SPAN_MD_OPEN_H_
 #define SPAN_MD_OPEN_H_
 
 #include "span_md.h"
-
-extern ucs_config_field_t span_md_config_table[];
 
 /* Opens the twin md_name ("<inner MD>+") of component, the span component */
 ucs_status_t span_md_open(uct_component_t *component, const char *md_name,

@@ -14,6 +14,7 @@ extern "C" {
 #include "resolvers/span_rocm.h"
 #include "resolvers/span_vendor.h"
 #include "md/span_registry.h"
+#include "md/span_md_reg.h"
 #include "rocm_emu/hsa_emu.h"
 }
 
@@ -148,6 +149,37 @@ TEST_F(rocm_resolver, a_buffer_inside_an_allocation_is_the_allocation)
                                         &extent));
     EXPECT_NE(identity, extent.identity);
     EXPECT_EQ(hipSuccess, hipFree(b));
+}
+
+/* uct_md_mem_reg (and UCP of UCX 1.21 and older) names no memory type:
+ * the twin finds it, as rocm_ipc does (issue 38 E) */
+TEST_F(rocm_resolver, a_registration_that_names_no_memory_type_finds_it)
+{
+    span_md_t smd             = {};
+    smd.cuda                  = ops;
+    smd.dev_mem_type          = UCS_MEMORY_TYPE_ROCM;
+    uct_md_mem_reg_params_t none  = {};
+    uct_md_mem_reg_params_t named = {};
+    named.field_mask          = UCT_MD_MEM_REG_FIELD_MEM_TYPE;
+    named.mem_type            = UCS_MEMORY_TYPE_HOST;
+    void *dev = nullptr;
+    std::vector<char> host(4096), locked(64 * KiB);
+
+    ASSERT_EQ(hipSuccess, hipMalloc(&dev, 1 << 20));
+    ASSERT_EQ(hipSuccess, hipHostRegister(locked.data(), locked.size(), 0));
+    EXPECT_EQ(UCS_MEMORY_TYPE_ROCM,
+              span_md_reg_mem_type(&smd, &none, (char*)dev + 4096));
+    EXPECT_EQ(UCS_MEMORY_TYPE_HOST,
+              span_md_reg_mem_type(&smd, &none, host.data()));
+    EXPECT_EQ(UCS_MEMORY_TYPE_HOST,
+              span_md_reg_mem_type(&smd, &none, locked.data()));
+    EXPECT_EQ(UCS_MEMORY_TYPE_HOST, span_md_reg_mem_type(&smd, &named, dev));
+    named.mem_type = UCS_MEMORY_TYPE_UNKNOWN;
+    EXPECT_EQ(UCS_MEMORY_TYPE_ROCM, span_md_reg_mem_type(&smd, &named, dev));
+    smd.cuda = nullptr; /* no driver: host, as before */
+    EXPECT_EQ(UCS_MEMORY_TYPE_HOST, span_md_reg_mem_type(&smd, &none, dev));
+    EXPECT_EQ(hipSuccess, hipHostUnregister(locked.data()));
+    EXPECT_EQ(hipSuccess, hipFree(dev));
 }
 
 TEST_F(rocm_resolver, host_memory_is_not_resolved)

@@ -315,12 +315,27 @@ static void span_md_registry_add(span_md_t *smd, span_memh_t *memh,
     span_registry_add(&memh->entry);
 }
 
+ucs_memory_type_t span_md_reg_mem_type(const span_md_t *smd,
+                                       const uct_md_mem_reg_params_t *params,
+                                       const void *address)
+{
+    uint64_t base, size;
+
+    if ((params->field_mask & UCT_MD_MEM_REG_FIELD_MEM_TYPE) &&
+        (params->mem_type != UCS_MEMORY_TYPE_UNKNOWN)) {
+        return params->mem_type;
+    }
+    return ((smd->cuda != NULL) &&
+            (smd->cuda->range((uintptr_t)address, &base, &size) == UCS_OK)) ?
+           smd->dev_mem_type : UCS_MEMORY_TYPE_HOST;
+}
+
 ucs_status_t
 span_md_mem_reg(uct_md_h md, void *address, size_t length,
                 const uct_md_mem_reg_params_t *params, uct_mem_h *memh_p)
 {
     span_md_t *smd          = (span_md_t*)md;
-    ucs_memory_type_t mtype = UCS_MEMORY_TYPE_HOST;
+    ucs_memory_type_t mtype = span_md_reg_mem_type(smd, params, address);
     unsigned caps           = span_md_reg_caps(params);
     span_md_extent_t ext;
     span_chunk_geom_t geom;
@@ -328,10 +343,6 @@ span_md_mem_reg(uct_md_h md, void *address, size_t length,
     ucs_status_t status;
     int self_export;
     uint32_t i = 0;
-
-    if (params->field_mask & UCT_MD_MEM_REG_FIELD_MEM_TYPE) {
-        mtype = params->mem_type;
-    }
 
     if (!(span_md_reg_mem_types(smd) & UCS_BIT(mtype))) {
         ucs_error("span md %p: cannot register %s memory %p +%zu", md,

@@ -13,6 +13,14 @@
 /* Memory types whose registration the twin can publish in a span rkey */
 uint64_t span_md_reg_mem_types(const span_md_t *smd);
 
+/* The memory type of a registration: the one params names, else (UCX's
+ * uct_md_mem_reg, and UCP of UCX 1.21 and older, name none) the twin's
+ * device memory where its driver knows the address as an allocation, host
+ * memory otherwise, as the inner MD would tell it */
+ucs_memory_type_t span_md_reg_mem_type(const span_md_t *smd,
+                                       const uct_md_mem_reg_params_t *params,
+                                       const void *address);
+
 /* The twin MD's registration ops */
 ucs_status_t span_md_mem_reg(uct_md_h md, void *address, size_t length,
                              const uct_md_mem_reg_params_t *params,

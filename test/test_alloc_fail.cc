@@ -101,6 +101,11 @@ int use_twin()
 
 } // namespace
 
+/* A sanitizer's calloc must stay the only one: its free would refuse
+ * glibc's blocks */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#  define SPAN_ALLOC_FAIL_SKIP "a sanitizer build keeps its own calloc"
+#else
 extern "C" void *calloc(size_t nmemb, size_t size)
 {
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
@@ -112,6 +117,7 @@ extern "C" void *calloc(size_t nmemb, size_t size)
     }
     return __libc_calloc(nmemb, size);
 }
+#endif
 
 /* exit status of a child: 0 the twin worked at last, 10 span made fewer
  * than N calls, else which step failed */
@@ -119,6 +125,9 @@ TEST(span_alloc_fail, a_twin_survives_a_failed_allocation_while_made)
 {
     unsigned n;
 
+#ifdef SPAN_ALLOC_FAIL_SKIP
+    GTEST_SKIP() << SPAN_ALLOC_FAIL_SKIP;
+#endif
     for (n = 1; n < 200; ++n) {
         pid_t child = test_fork([n] {
             /* loads UCX's modules, span among them; span makes its twins at

@@ -273,6 +273,21 @@ static ucs_status_t span_components_check(void)
 ucs_status_t __attribute__((visibility("protected")))
 span_impl_global_init(void)
 {
+    const uct_component_t *component;
+
+    if (span_component_registered) {
+        return UCS_OK;
+    }
+    /* another copy of span, installed elsewhere, came first */
+    ucs_list_for_each(component, &uct_components_list, list) {
+        if (!strcmp(component->name, span_component.name)) {
+            ucs_debug("span component: a component '%s' is registered "
+                      "already (%p); this copy does not register",
+                      component->name, component);
+            return UCS_ERR_ALREADY_EXISTS;
+        }
+    }
+
     if ((span_ucx_select() != UCS_OK) || (span_components_check() != UCS_OK)) {
         return UCS_ERR_UNSUPPORTED;
     }

@@ -17,6 +17,8 @@
  */
 #include "span_loader.h"
 
+#include <uct/api/uct.h>
+
 #include <dlfcn.h>
 #include <link.h>
 #include <limits.h>
@@ -137,33 +139,38 @@ static void span_loader_impl_path(char *path, size_t max)
     }
 }
 
-/*
- * UCX calls this, by name, after loading the module, from its libucs: the
- * return address tells which UCX is loading span.
- */
-__attribute__((visibility("protected"), noinline)) ucs_status_t
-ucs_module_global_init(void)
+/* Registers span with the UCX installation whose library holds addr, once
+ * per process, whichever way in comes first */
+static ucs_status_t span_loader_register(const void *addr)
 {
+    static int state; /* 0: not tried, 1: being tried, 2: tried */
     span_loader_ucx_t ucx = {};
     span_impl_init_func_t init;
+    ucs_status_t status;
     char path[PATH_MAX];
+    int expected = 0;
     void *impl;
 
-    if (!span_loader_find_ucx(&ucx, __builtin_return_address(0))) {
-        fprintf(stderr, "span loader: cannot tell which libucs loads "
+    if (!__atomic_compare_exchange_n(&state, &expected, 1, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        return UCS_OK; /* another way in was taken, or is being taken */
+    }
+
+    status = UCS_ERR_UNSUPPORTED;
+    if (!span_loader_find_ucx(&ucx, addr)) {
+        fprintf(stderr, "span loader: cannot tell which UCX loads "
                 "libuct_span; it does not register\n");
-        return UCS_ERR_UNSUPPORTED;
+        goto out;
     }
 
     dl_iterate_phdr(span_loader_promote_cb, &ucx);
     if ((ucx.libuct == NULL) ||
         (dlsym(RTLD_DEFAULT, "uct_md_open") != dlsym(ucx.libuct,
                                                      "uct_md_open"))) {
-        span_loader_warn(&ucx, "span loader: no libuct beside %s/libucs, or "
-                         "another UCX's libuct comes first in the process's "
-                         "global scope; libuct_span does not register",
-                         ucx.dir);
-        return UCS_ERR_UNSUPPORTED;
+        span_loader_warn(&ucx, "span loader: no libuct in %s, or another "
+                         "UCX's libuct comes first in the process's global "
+                         "scope; libuct_span does not register", ucx.dir);
+        goto out;
     }
 
     span_loader_impl_path(path, sizeof(path));
@@ -171,15 +178,119 @@ ucs_module_global_init(void)
     if (impl == NULL) {
         span_loader_warn(&ucx, "span loader: cannot load %s: %s; libuct_span "
                          "does not register", path, dlerror());
-        return UCS_ERR_UNSUPPORTED;
+        goto out;
     }
 
     init = (span_impl_init_func_t)dlsym(impl, SPAN_IMPL_INIT);
     if ((init == NULL) || (init() != UCS_OK)) {
         /* the implementation said why */
         dlclose(impl);
-        return UCS_ERR_UNSUPPORTED;
+        goto out;
     }
     /* registered: the implementation stays loaded for the process */
-    return UCS_OK;
+    status = UCS_OK;
+out:
+    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+    return status;
+}
+
+/*
+ * UCX 1.22 and later call this, by name, after loading the module from
+ * UCX_MODULE_DIR, from its libucs: the return address tells which UCX is
+ * loading span.
+ */
+__attribute__((visibility("protected"), noinline)) ucs_status_t
+ucs_module_global_init(void)
+{
+    return span_loader_register(__builtin_return_address(0));
+}
+
+typedef ucs_status_t (*span_loader_query_func_t)(uct_component_h **components_p,
+                                                 unsigned *count_p);
+
+/* A libuct loaded from the directory of find->dir: its query function */
+typedef struct {
+    char                     dir[PATH_MAX];
+    span_loader_query_func_t query;
+} span_loader_find_uct_t;
+
+static int span_loader_find_uct_cb(struct dl_phdr_info *info, size_t size,
+                                   void *arg)
+{
+    span_loader_find_uct_t *find = arg;
+    span_loader_ucx_t ucx;
+    void *dl;
+
+    memcpy(ucx.dir, find->dir, sizeof(ucx.dir));
+    if ((info->dlpi_name == NULL) ||
+        !span_loader_in_dir(&ucx, info->dlpi_name, "libuct") ||
+        ((dl = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+        return 0;
+    }
+    find->query = (span_loader_query_func_t)dlsym(dl, "uct_query_components");
+    dlclose(dl);
+    return find->query != NULL;
+}
+
+/* uct_query_components of the UCX the caller belongs to (its libucp, or
+ * a program's own call: the next definition after this one) */
+static span_loader_query_func_t span_loader_query_of(const void *caller)
+{
+    span_loader_find_uct_t find = {};
+    Dl_info info;
+
+    if (dladdr(caller, &info) && (info.dli_fname != NULL) &&
+        span_loader_dir_of(info.dli_fname, find.dir)) {
+        dl_iterate_phdr(span_loader_find_uct_cb, &find);
+    }
+    if ((find.query == NULL) || (find.query == uct_query_components)) {
+        find.query = (span_loader_query_func_t)dlsym(RTLD_NEXT,
+                                                     "uct_query_components");
+    }
+    return find.query;
+}
+
+/*
+ * UCX 1.21 and older load no module they were not built with: where
+ * libuct_span.so is preloaded (LD_PRELOAD) or loaded global before UCX, this
+ * definition comes first, and the first query of UCX's components, before
+ * UCP or a program sees them, registers span with the caller's UCX. The
+ * query itself is that UCX's.
+ */
+__attribute__((visibility("default"), noinline)) ucs_status_t
+uct_query_components(uct_component_h **components_p, unsigned *count_p)
+{
+    span_loader_query_func_t query =
+            span_loader_query_of(__builtin_return_address(0));
+
+    if (query == NULL) {
+        return UCS_ERR_NO_DEVICE; /* no UCX here, only span */
+    }
+    span_loader_register((const void*)query);
+    return query(components_p, count_p);
+}
+
+/*
+ * Loaded by a program after UCX (dlopen, ucx_span.enable() in Python), a
+ * UCX older than 1.22 is registered with now: its queries come from its
+ * own libuct. UCX 1.22 and later load span as a module (ucs_module_global_init),
+ * and where this definition is the global one, the first query registers.
+ */
+static void __attribute__((constructor)) span_loader_loaded(void)
+{
+    void *query = dlsym(RTLD_DEFAULT, "uct_query_components");
+    Dl_info info;
+    void *libuct;
+    int modules;
+
+    if ((query == NULL) || (query == (void*)uct_query_components) ||
+        !dladdr(query, &info) || (info.dli_fname == NULL) ||
+        ((libuct = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+        return;
+    }
+    modules = dlsym(libuct, SPAN_LOADER_MODULES_SYMBOL) != NULL;
+    dlclose(libuct);
+    if (!modules) {
+        span_loader_register(query);
+    }
 }

@@ -13,4 +13,8 @@
 
 typedef ucs_status_t (*span_impl_init_func_t)(void);
 
+/* A libuct symbol of UCX 1.22 and later, the releases that load modules
+ * from UCX_MODULE_DIR by any name (UCX's PR #11206) */
+#define SPAN_LOADER_MODULES_SYMBOL "uct_ep_put_sgl_zcopy"
+
 #endif

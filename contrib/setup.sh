@@ -50,6 +50,30 @@ if [ ! -f "$stamp" ]; then
 fi
 echo "setup: UCX $ucx_wheel_version in $ucx_prefix"
 
+# The UCX releases before 1.22 that span supports, each from its PyPI wheel
+# (libucx-cu12, which carries ucx_info and ucx_perftest), unpacked as the
+# 1.22 one into .deps/ucx-<version>: the releases leg of make check
+# (test/releases/run.sh) runs span in each. Failing to get one fails setup.
+ucx_releases=${SPAN_UCX_RELEASES-1.19.0 1.20.1 1.21.0}
+for v in $ucx_releases; do
+    prefix="$deps/ucx-$v"
+    [ -f "$prefix/.wheel-$v" ] && continue
+    echo "setup: fetching libucx-cu12==$v into $prefix"
+    rm -rf "$deps/wheel-$v" "$prefix"
+    mkdir -p "$deps/wheel-$v"
+    python3 -m pip download -q --no-deps --only-binary=:all: \
+        -d "$deps/wheel-$v" "libucx-cu12==$v"
+    unzip -q -o "$deps"/wheel-"$v"/libucx_cu12-*.whl 'libucx/*' \
+        -d "$deps/wheel-$v/x"
+    mv "$deps/wheel-$v/x" "$prefix"
+    rm -rf "$deps/wheel-$v"
+    find "$prefix" -name '*.la' -o -name '*.a' | xargs rm -f
+    ln -sfn libucx/lib "$prefix/lib"
+    ln -sfn libucx/bin "$prefix/bin"
+    touch "$prefix/.wheel-$v"
+done
+echo "setup: UCX releases ${ucx_releases:-none} in $deps/ucx-<version>"
+
 # NIXL's UCX 1.23 (nixl-cu13 bundles it with verbs, renamed by auditwheel,
 # without headers): its UCX libraries, their modules and what they link,
 # kept side by side as in the wheel (UCX finds its modules in ucx/ beside

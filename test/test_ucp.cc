@@ -6,12 +6,21 @@
 #include "test/harness/span_pair.h"
 #include "test_deadline.h"
 #include "test_log.h"
+#include "test_uct_util.h"
 
 #include <gtest/gtest.h>
 #include <dlfcn.h>
 #include <cstring>
 #include <string>
 #include <vector>
+
+namespace {
+
+/* strict is a module UCX 1.21 and older do not load by name */
+::testing::Environment *const strict_env =
+        ::testing::AddGlobalTestEnvironment(new strict_loader);
+
+} // namespace
 
 namespace {
 

@@ -6,6 +6,13 @@
  */
 #include "test_uct.h"
 
+namespace {
+
+::testing::Environment *const strict_env =
+        ::testing::AddGlobalTestEnvironment(new strict_loader);
+
+} // namespace
+
 TEST(span_load, component_and_twins_are_listed)
 {
     uct_component_h span = find_component("span");

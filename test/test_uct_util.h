@@ -8,6 +8,8 @@
 #include <uct/api/uct.h>
 
 #include <gtest/gtest.h>
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -119,5 +121,31 @@ inline void open_twin_md(const char *name, uct_component_h *component_p,
     *md_p = open_md(*component_p, name);
     ASSERT_NE(nullptr, *md_p) << name;
 }
+
+/* The strict test transport, a UCX module: UCX 1.21 and older load no
+ * module by name from UCX_MODULE_DIR, so the tests load it and call its
+ * init as UCX 1.22 would (span, preloaded, makes its twin at the next
+ * query). Nothing where UCX loaded it or it is not there. */
+inline void strict_load_where_ucx_does_not()
+{
+    const char *dir = getenv("UCX_MODULE_DIR");
+    if ((dir == nullptr) || (find_component("strict") != nullptr)) {
+        return;
+    }
+    std::string path = std::string(dir) + "/libuct_strict.so.0";
+    void *dl         = dlopen(path.c_str(), RTLD_NOW | RTLD_NODELETE);
+    auto init        = dl ? (ucs_status_t (*)())dlsym(dl,
+                                                      "ucs_module_global_init") :
+                            nullptr;
+    if (init != nullptr) {
+        EXPECT_EQ(UCS_OK, init()) << path;
+    }
+}
+
+
+/* Runs strict_load_where_ucx_does_not() before a program's tests */
+struct strict_loader : ::testing::Environment {
+    void SetUp() override { strict_load_where_ucx_does_not(); }
+};
 
 #endif

@@ -42,9 +42,10 @@ static ucs_config_global_list_entry_t span_global_config_entry = {
 
 /* Twins are added under the lock until every transport allowed has its
  * own or can have none: a twin lost to a failed allocation is added at a
- * later query, not lost for the process */
+ * later query, not lost for the process; so is the twin of a component
+ * registered later (loaded by the program after UCX's modules) */
 static pthread_mutex_t span_twins_lock = PTHREAD_MUTEX_INITIALIZER;
-static int             span_twins_done;
+static unsigned        span_twins_seen; /* components, where all have twins */
 
 static const span_fork_handlers_t span_twins_fork = {.lock = &span_twins_lock};
 
@@ -99,17 +100,32 @@ static int span_twins_add(void)
     return (span_md_config_extend(&span_component) == UCS_OK) && done;
 }
 
-/* After UCX loaded every module (the inner components are known), at each
- * query and open until every twin is there */
+/* The components registered now; UCX registers and unregisters them as it
+ * loads and unloads modules, under its own lock, rarely */
+static unsigned span_twins_components(void)
+{
+    uct_component_t *component;
+    unsigned count = 0;
+
+    ucs_list_for_each(component, &uct_components_list, list) {
+        ++count;
+    }
+    return count;
+}
+
+/* After UCX loaded its modules (the inner components are known), at each
+ * query and open until every twin of every component is there */
 static void span_twins_init(void)
 {
-    if (__atomic_load_n(&span_twins_done, __ATOMIC_ACQUIRE)) {
+    unsigned count = span_twins_components();
+
+    if (__atomic_load_n(&span_twins_seen, __ATOMIC_ACQUIRE) == count) {
         return;
     }
 
     pthread_mutex_lock(&span_twins_lock);
-    if (!span_twins_done && span_twins_add()) {
-        __atomic_store_n(&span_twins_done, 1, __ATOMIC_RELEASE);
+    if ((span_twins_seen != count) && span_twins_add()) {
+        __atomic_store_n(&span_twins_seen, count, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&span_twins_lock);
 }

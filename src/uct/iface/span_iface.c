@@ -59,8 +59,7 @@ static ucs_status_t span_iface_query_v2(uct_iface_h iface, void *attr)
 {
     span_iface_t *siface = span_iface_get(iface);
     span_ucx_iface_query_v2_func_t query =
-            ((void**)siface->inner_internal_ops)[
-                    SPAN_UCX_INTERNAL_IFACE_QUERY_V2];
+            ((void**)siface->inner_internal_ops)[span_ucx->query_v2_slot];
     ucs_status_t status  = query(iface, attr);
     uint64_t field_mask  = *(uint64_t*)attr;
     size_t *counts;
@@ -105,10 +104,15 @@ static void span_iface_patch_internal(span_iface_t *siface, uct_iface_h iface)
     siface->inner_internal_ops = base->internal_ops;
     memcpy(siface->internal_ops, base->internal_ops,
            span_ucx->internal_ops_size);
-    siface->internal_ops[SPAN_UCX_INTERNAL_IFACE_QUERY_V2] =
-            (void*)span_iface_query_v2;
-    siface->internal_ops[SPAN_UCX_INTERNAL_EP_PUT_SGL_ZCOPY] =
-            (void*)span_ep_sgl_zcopy;
+    /* releases with SGL ops: neither advertised nor reachable */
+    if (span_ucx->query_v2_slot >= 0) {
+        siface->internal_ops[span_ucx->query_v2_slot] =
+                (void*)span_iface_query_v2;
+    }
+    if (span_ucx->put_sgl_slot >= 0) {
+        siface->internal_ops[span_ucx->put_sgl_slot] =
+                (void*)span_ep_sgl_zcopy;
+    }
     if (span_ucx->get_sgl_slot >= 0) {
         siface->internal_ops[span_ucx->get_sgl_slot] =
                 (void*)span_ep_sgl_zcopy;

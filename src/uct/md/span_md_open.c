@@ -33,9 +33,12 @@ static int span_md_resolves(const span_md_t *smd)
            (span_md_reg_mem_types(smd) & UCS_BIT(smd->dev_mem_type));
 }
 
-static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
+/* Writes the caller's uct_md_attr_v2_t as its UCX lays it out: 1.21 and
+ * earlier end it before required_mem_flags */
+static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *out)
 {
     span_md_t *smd = (span_md_t*)md;
+    uct_md_attr_v2_t full, *attr = &full;
 
     *attr                  = smd->inner_attr;
     attr->reg_mem_types    = span_md_reg_mem_types(smd);
@@ -57,6 +60,7 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     attr->max_reg          = SIZE_MAX;
     ucs_strncpy_zero(attr->component_name, md->component->name,
                      sizeof(attr->component_name));
+    memcpy(out, attr, span_ucx->md_attr_v2_size);
     return UCS_OK;
 }
 

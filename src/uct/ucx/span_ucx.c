@@ -9,6 +9,7 @@
  * only some releases export. Nothing is ever opened by name.
  */
 #include "span_ucx.h"
+#include "span_ucx_1_19.h"
 #include "span_ucx_1_22.h"
 #include "span_ucx_1_23.h"
 
@@ -18,8 +19,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SPAN_UCX_LAYOUT(_minor, _has, _lacks, _get_sgl_slot, _sgl_counts, \
-                        _sgl_count_first, _field_sgl, _field_flags, _flags) \
+/* A release with SGL ops (1.22 and later): uct_iface_attr_v2_t of that
+ * release reports them, and its iface_query_v2 is slot 0 */
+#define SPAN_UCX_LAYOUT_SGL(_minor, _has, _lacks, _md_ops_size, \
+                            _get_sgl_slot, _sgl_counts, _field_sgl, \
+                            _field_flags, _flags) \
     { \
         .major                     = 1, \
         .minor                     = _minor, \
@@ -27,9 +31,12 @@
         .lacks_symbol              = _lacks, \
         .internal_ops_size         = \
                 sizeof(span_ucx_1_##_minor##_internal_ops_t), \
-        .md_ops_size               = ((_minor) >= 23) ? \
-                sizeof(uct_md_ops_t) : \
-                ucs_offsetof(uct_md_ops_t, mem_elem_release), \
+        .md_ops_size               = _md_ops_size, \
+        .md_attr_v2_size           = sizeof(uct_md_attr_v2_t), \
+        .query_v2_slot             = 0, \
+        .put_sgl_slot              = \
+                ucs_offsetof(span_ucx_1_##_minor##_internal_ops_t, \
+                             ep_put_sgl_zcopy) / sizeof(void*), \
         .get_sgl_slot              = _get_sgl_slot, \
         .attr_v2_cap_flags_offset  = \
                 offsetof(span_ucx_1_##_minor##_iface_attr_v2_t, cap.flags), \
@@ -37,36 +44,59 @@
         .attr_v2_field_sgl_counts  = _field_sgl, \
         .attr_v2_sgl_counts_offset = \
                 offsetof(span_ucx_1_##_minor##_iface_attr_v2_t, \
-                         _sgl_count_first), \
+                         max_put_sgl_zcopy_count), \
         .attr_v2_num_sgl_counts    = _sgl_counts, \
         .v2_flags_sgl              = _flags \
     }
 
+/* A release without SGL ops (1.21 and earlier): nothing to hide */
+#define SPAN_UCX_LAYOUT_NO_SGL(_minor, _ops_minor, _has, _lacks, \
+                               _md_ops_size) \
+    { \
+        .major                     = 1, \
+        .minor                     = _minor, \
+        .has_symbol                = _has, \
+        .lacks_symbol              = _lacks, \
+        .internal_ops_size         = \
+                sizeof(span_ucx_1_##_ops_minor##_internal_ops_t), \
+        .md_ops_size               = _md_ops_size, \
+        .md_attr_v2_size           = SPAN_UCX_1_19_MD_ATTR_V2_SIZE, \
+        .query_v2_slot             = -1, \
+        .put_sgl_slot              = -1, \
+        .get_sgl_slot              = -1 \
+    }
+
 static const span_ucx_layout_t span_ucx_layouts[] = {
 #ifndef SPAN_UCX_TEST_FOREIGN
-    SPAN_UCX_LAYOUT(22, "uct_ep_put_sgl_zcopy", "uct_md_mem_elem_release", -1,
-                    1, max_put_sgl_zcopy_count,
-                    SPAN_UCX_1_22_ATTR_FIELD_MAX_PUT_SGL,
-                    SPAN_UCX_1_22_ATTR_FIELD_CAP_FLAGS,
-                    SPAN_UCX_1_22_FLAG_V2_PUT_SGL_ZCOPY),
-    SPAN_UCX_LAYOUT(23, "uct_md_mem_elem_release", NULL,
-                    ucs_offsetof(span_ucx_1_23_internal_ops_t,
-                                 ep_get_sgl_zcopy) / sizeof(void*),
-                    2, max_put_sgl_zcopy_count,
-                    SPAN_UCX_1_23_ATTR_FIELD_MAX_PUT_SGL |
-                    SPAN_UCX_1_23_ATTR_FIELD_MAX_GET_SGL,
-                    SPAN_UCX_1_23_ATTR_FIELD_CAP_FLAGS,
-                    SPAN_UCX_1_23_FLAG_V2_PUT_SGL_ZCOPY |
-                    SPAN_UCX_1_23_FLAG_V2_GET_SGL_ZCOPY)
+    SPAN_UCX_LAYOUT_NO_SGL(19, 19, "uct_rkey_unpack_v2",
+                           "uct_ep_get_device_ep", SPAN_UCX_1_19_MD_OPS_SIZE),
+    SPAN_UCX_LAYOUT_NO_SGL(20, 20, "uct_iface_mem_element_pack",
+                           "uct_md_mem_elem_pack", SPAN_UCX_1_19_MD_OPS_SIZE),
+    SPAN_UCX_LAYOUT_NO_SGL(21, 21, "uct_md_mem_elem_pack",
+                           "uct_ep_put_sgl_zcopy", SPAN_UCX_1_21_MD_OPS_SIZE),
+    SPAN_UCX_LAYOUT_SGL(22, "uct_ep_put_sgl_zcopy", "uct_md_mem_elem_release",
+                        SPAN_UCX_1_21_MD_OPS_SIZE, -1, 1,
+                        SPAN_UCX_1_22_ATTR_FIELD_MAX_PUT_SGL,
+                        SPAN_UCX_1_22_ATTR_FIELD_CAP_FLAGS,
+                        SPAN_UCX_1_22_FLAG_V2_PUT_SGL_ZCOPY),
+    SPAN_UCX_LAYOUT_SGL(23, "uct_md_mem_elem_release", NULL,
+                        sizeof(uct_md_ops_t),
+                        ucs_offsetof(span_ucx_1_23_internal_ops_t,
+                                     ep_get_sgl_zcopy) / sizeof(void*),
+                        2, SPAN_UCX_1_23_ATTR_FIELD_MAX_PUT_SGL |
+                        SPAN_UCX_1_23_ATTR_FIELD_MAX_GET_SGL,
+                        SPAN_UCX_1_23_ATTR_FIELD_CAP_FLAGS,
+                        SPAN_UCX_1_23_FLAG_V2_PUT_SGL_ZCOPY |
+                        SPAN_UCX_1_23_FLAG_V2_GET_SGL_ZCOPY)
 #else
     /* the refusal test's build: a release no UCX here is */
-    SPAN_UCX_LAYOUT(22, "span_no_such_symbol", NULL, -1, 1,
-                    max_put_sgl_zcopy_count, 0, 0, 0)
+    SPAN_UCX_LAYOUT_NO_SGL(22, 21, "span_no_such_symbol", NULL,
+                           SPAN_UCX_1_21_MD_OPS_SIZE)
 #endif
 };
 
 #ifdef SPAN_UCX_TEST_FOREIGN
-#  define SPAN_UCX_MINOR_OF(_layout) 21u
+#  define SPAN_UCX_MINOR_OF(_layout) 99u
 #else
 #  define SPAN_UCX_MINOR_OF(_layout) ((_layout)->minor)
 #endif
@@ -267,7 +297,7 @@ int span_ucx_iface_check(uct_iface_h iface, uct_md_h md, uct_worker_h worker)
     if ((base->worker == worker) && (base->md != NULL) &&
         ((base->md == md) || span_ucx_is_component(base->md->component)) &&
         (internal_ops != NULL) &&
-        span_ucx_is_code(internal_ops[SPAN_UCX_INTERNAL_IFACE_QUERY_V2])) {
+        span_ucx_is_code(internal_ops[SPAN_UCX_INTERNAL_FIRST])) {
         return 1;
     }
 

@@ -284,11 +284,9 @@ typedef struct span_ucx_base_iface {
     uct_worker_h worker;
 } span_ucx_base_iface_t;
 
-/* Slots of uct_iface_internal_ops_t every supported release has, in order */
-enum {
-    SPAN_UCX_INTERNAL_IFACE_QUERY_V2 = 0,
-    SPAN_UCX_INTERNAL_EP_PUT_SGL_ZCOPY = 9
-};
+/* The first slot of uct_iface_internal_ops_t, a function in every
+ * supported release (iface_query_v2 or iface_estimate_perf) */
+#define SPAN_UCX_INTERNAL_FIRST 0
 
 typedef ucs_status_t (*span_ucx_iface_query_v2_func_t)(uct_iface_h iface,
                                                        void *iface_attr);
@@ -306,7 +304,12 @@ typedef struct span_ucx_layout {
     const char *lacks_symbol;
     size_t     internal_ops_size;   /* sizeof(uct_iface_internal_ops_t) */
     size_t     md_ops_size;         /* sizeof(uct_md_ops_t) */
-    int        get_sgl_slot;        /* ep_get_sgl_zcopy's slot, or -1 */
+    size_t     md_attr_v2_size;     /* sizeof(uct_md_attr_v2_t) */
+    /* slots of the internal ops: iface_query_v2 where it reports SGL ops,
+     * ep_put_sgl_zcopy, ep_get_sgl_zcopy; -1 where there is none */
+    int        query_v2_slot;
+    int        put_sgl_slot;
+    int        get_sgl_slot;
     /* uct_iface_attr_v2_t: where its capability flags are, the field-mask
      * bit that asks for them, and the flags of the SGL ops */
     size_t     attr_v2_cap_flags_offset;

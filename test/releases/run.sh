@@ -1,0 +1,76 @@
+#!/bin/bash
+# The releases leg: span in every UCX release before 1.22 that it supports,
+# each from the PyPI wheel contrib/setup.sh unpacked into .deps/ucx-<v>,
+# loaded the way those releases allow (LD_PRELOAD: they load no module by
+# name): ucx_info -d lists the twins; span-check's scenarios (whole and
+# odd-offset sub-ranges, chunked with a small UCX_SPAN_MAX_CHUNK, an access
+# out of bounds refused) pass; the UCT and UCP tests pass (a freed and
+# reallocated buffer served fresh: ucp_remap); a build that knows no such
+# release refuses to register (version). One row per release. A release
+# whose wheel is missing fails the leg: it does not skip.
+set -u
+top=$(cd "$(dirname "$0")/../.." && pwd)
+build=${SPAN_BUILDDIR:-$top}
+releases=${SPAN_UCX_RELEASES-1.19.0 1.20.1 1.21.0}
+log=${SPAN_RELEASES_LOG:-$build/test/releases}
+mkdir -p "$log"
+failed=0
+
+# Tests of UCX 1.22's API that older releases lack (uct_iface_query_v2,
+# SGL zero-copy)
+uct_filter='-*twin_offers_no_sgl*'
+
+# Runs "$@" in release v, its output in $log/<v>-<name>.log; prints the
+# gtest summary or the exit status
+run() {
+    local v=$1 name=$2
+    shift 2
+    (cd "$build/test" &&
+     env LD_LIBRARY_PATH="$top/.deps/ucx-$v/lib" UCX_WARN_UNUSED_ENV_VARS=n \
+         timeout 300 "$@") >"$log/$v-$name.log" 2>&1
+    local rc=$?
+    local passed
+    passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log/$v-$name.log" |
+             grep -oE '[0-9]+$')
+    if [ $rc -eq 0 ]; then
+        if [ -n "$passed" ]; then echo "$passed passed"; else echo ok; fi
+    else
+        echo "FAILED (exit $rc, $log/$v-$name.log)"
+        return 1
+    fi
+}
+
+printf '| UCX | twins listed | span-check | uct | ucp | version |\n'
+printf '|---|---|---|---|---|---|\n'
+for v in $releases; do
+    prefix=$top/.deps/ucx-$v
+    if [ ! -x "$prefix/bin/ucx_info" ]; then
+        printf '| %s | no wheel in %s (contrib/setup.sh) | | | | |\n' \
+               "$v" "$prefix"
+        failed=1
+        continue
+    fi
+    span="LD_PRELOAD=$build/src/uct/.libs/libuct_span.so"
+    twins=$(env LD_LIBRARY_PATH="$prefix/lib" "$span" \
+                UCX_WARN_UNUSED_ENV_VARS=n "$prefix/bin/ucx_info" -d |
+            grep -oE 'Transport: [a-z_0-9]+\+' | sort -u |
+            sed 's/Transport: //' | tr '\n' ' ')
+    case " $twins" in
+    *" self+ "*" cma+ "*|*" cma+ "*" self+ "*) ;;
+    *) twins="FAILED: '$twins'"; failed=1 ;;
+    esac
+    check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 -r 2) ||
+        failed=1
+    uct=$(run "$v" uct env "$span" \
+              UCX_MODULE_DIR="$build/test/modules/.libs" \
+              ./span_uct_test --gtest_filter="$uct_filter") || failed=1
+    ucp=$(run "$v" ucp env "$span" \
+              UCX_MODULE_DIR="$build/test/modules/.libs" \
+              ./span_ucp_test) || failed=1
+    version=$(run "$v" version \
+                  env LD_PRELOAD="$build/test/mismatch/.libs/libuct_span.so" \
+                  ./span_version_test) || failed=1
+    printf '| %s | %s| %s | %s | %s | %s |\n' "$v" "$twins" "$check" "$uct" \
+           "$ucp" "$version"
+done
+exit $failed

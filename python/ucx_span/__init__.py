@@ -12,8 +12,10 @@ loaded into the process, because libucs reads them once, when it is loaded.
 
 or, for a shell: ``eval "$(python -m ucx_span env)"``.
 """
+import ctypes
 import os
 import re
+import warnings
 
 __all__ = ["module_dir", "env", "enable", "loaded_ucx",
            "UCXAlreadyLoadedError"]
@@ -22,6 +24,11 @@ __all__ = ["module_dir", "env", "enable", "loaded_ucx",
 # auditwheel renames them in the wheels that bundle UCX
 # (nixl_cu13.libs/libucs-14c218c5.so.0.0.0)
 _UCX_LIBRARY = re.compile(r"^libuc[spt](-[0-9a-f]+)?\.so(\.|$)")
+
+
+# UCX's modules (libuct_cma.so, libucm_cuda-HASH.so), which UCX loads at
+# the first query of its components; span's own is not one of them
+_UCX_MODULE = re.compile(r"^libuc[tm]_(?!span)[a-z0-9]+(-[0-9a-f]+)?\.so(\.|$)")
 
 
 class UCXAlreadyLoadedError(RuntimeError):
@@ -33,16 +40,20 @@ def module_dir():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
 
 
-def loaded_ucx(maps="/proc/self/maps"):
-    """Paths of the UCX libraries mapped into this process, sorted."""
+def _mapped(pattern, maps):
     found = set()
     with open(maps) as f:
         for line in f:
             fields = line.split(None, 5)
-            if (len(fields) == 6) and _UCX_LIBRARY.match(
+            if (len(fields) == 6) and pattern.match(
                     os.path.basename(fields[5].rstrip("\n"))):
                 found.add(fields[5].rstrip("\n"))
     return sorted(found)
+
+
+def loaded_ucx(maps="/proc/self/maps"):
+    """Paths of the UCX libraries mapped into this process, sorted."""
+    return _mapped(_UCX_LIBRARY, maps)
 
 
 def _same_dir(a, b):
@@ -81,19 +92,47 @@ def env(tls=None, environ=None):
     return out
 
 
+def _load_span():
+    """libuct_span.so, loaded global: UCX 1.21 and older load no module by
+    name, and a UCX loaded after it finds its uct_query_components first,
+    whose first call registers span with that UCX."""
+    lib = ctypes.CDLL(os.path.join(module_dir(), "libuct_span.so.0"),
+                      mode=ctypes.RTLD_GLOBAL)
+    lib.span_loader_enable.restype = ctypes.c_int
+    return lib
+
+
 def enable(tls=None):
-    """Sets the variables of env(tls) in os.environ, for the UCX this
-    process will load, and returns them. Raises UCXAlreadyLoadedError when
-    UCX is loaded already (it would not see them)."""
+    """Makes the UCX of this process load span, whichever comes first,
+    span or UCX, in every release span supports: sets the variables of
+    env(tls) in os.environ and loads span's library global, whose
+    uct_query_components comes before UCX's: the first query of UCX's
+    components (the first UCP context) registers span with the caller's
+    UCX, which is how UCX 1.21 and older, which load no module by name,
+    get it; 1.22 and later also load it from UCX_MODULE_DIR. Where UCX is
+    loaded already (libucx.load_library(), NIXL), span registers with it
+    now, for the UCP contexts made from now on (a warning says so where
+    one may exist). UCX_TLS applies to the contexts made after. Returns the
+    variables. Raises UCXAlreadyLoadedError where span cannot register with
+    the UCX loaded (several, none global)."""
     loaded = loaded_ucx()
-    if loaded:
-        raise UCXAlreadyLoadedError(
-            "UCX is already loaded in this process (%s): it read its "
-            "configuration then and would not see UCX_MODULE_DIR or UCX_TLS "
-            "set now. Call ucx_span.enable() before anything that loads UCX "
-            "(creating a NIXL agent, importing ucxx), or set the variables "
-            "before Python starts: eval \"$(python -m ucx_span env)\""
-            % ", ".join(loaded))
     variables = env(tls)
     os.environ.update(variables)
+    lib = _load_span()
+    if not loaded:
+        return variables
+    if lib.span_loader_enable() != 0:
+        raise UCXAlreadyLoadedError(
+            "UCX is already loaded in this process (%s), and span cannot "
+            "register with it (several UCX installations, none of them "
+            "global, or span refused it: see the warning above). Call "
+            "ucx_span.enable() before anything that loads UCX, or set the "
+            "variables before Python starts: eval \"$(python -m ucx_span "
+            "env)\"" % ", ".join(loaded))
+    queried = _mapped(_UCX_MODULE, "/proc/self/maps")
+    if queried:
+        warnings.warn(
+            "ucx_span.enable(): UCX had queried its components already (its "
+            "modules are loaded: %s): UCP contexts made before do not see "
+            "span; those made from now on do" % ", ".join(queried))
     return variables

@@ -6,7 +6,9 @@
 # odd-offset sub-ranges, chunked with a small UCX_SPAN_MAX_CHUNK, an access
 # out of bounds refused) pass; the UCT and UCP tests pass (a freed and
 # reallocated buffer served fresh: ucp_remap); a build that knows no such
-# release refuses to register (version). One row per release. A release
+# release refuses to register (version); ucx_span.enable() in Python makes
+# a UCP context of twins open, called before or after libucx loads UCX
+# (enable.py). One row per release. A release
 # whose wheel is missing fails the leg: it does not skip.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,8 +42,30 @@ run() {
     fi
 }
 
-printf '| UCX | twins listed | span-check | uct | ucp | version |\n'
-printf '|---|---|---|---|---|---|\n'
+# ucx_span as the wheel installs it, its lib/ the build's plugin
+pkg=$log/python
+rm -rf "$pkg"
+mkdir -p "$pkg/ucx_span"
+cp "$top"/python/ucx_span/*.py "$pkg/ucx_span/"
+ln -s "$build/src/uct/.libs" "$pkg/ucx_span/lib"
+
+# ucx_span.enable() before and after libucx loads UCX; $1: the release
+python_rows() {
+    local order out=
+    for order in span-first ucx-first; do
+        if (env PYTHONPATH="$pkg:$top/.deps/ucx-$1" UCX_WARN_UNUSED_ENV_VARS=n \
+                timeout 60 python3 "$top/test/releases/enable.py" "$order") \
+                >"$log/$1-python-$order.log" 2>&1; then
+            out="$out$order ok, "
+        else
+            out="${out}$order FAILED ($log/$1-python-$order.log), "
+        fi
+    done
+    echo "${out%, }"
+}
+
+printf '| UCX | twins listed | span-check | uct | ucp | version | python enable() |\n'
+printf '|---|---|---|---|---|---|---|\n'
 for v in $releases; do
     prefix=$top/.deps/ucx-$v
     if [ ! -x "$prefix/bin/ucx_info" ]; then
@@ -70,7 +94,9 @@ for v in $releases; do
     version=$(run "$v" version \
                   env LD_PRELOAD="$build/test/mismatch/.libs/libuct_span.so" \
                   ./span_version_test) || failed=1
-    printf '| %s | %s| %s | %s | %s | %s |\n' "$v" "$twins" "$check" "$uct" \
-           "$ucp" "$version"
+    python=$(python_rows "$v")
+    case $python in *FAILED*) failed=1 ;; esac
+    printf '| %s | %s| %s | %s | %s | %s | %s |\n' "$v" "$twins" "$check" \
+           "$uct" "$ucp" "$version" "$python"
 done
 exit $failed

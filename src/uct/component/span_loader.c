@@ -144,6 +144,7 @@ static void span_loader_impl_path(char *path, size_t max)
 static ucs_status_t span_loader_register(const void *addr)
 {
     static int state; /* 0: not tried, 1: being tried, 2: tried */
+    static ucs_status_t result;
     span_loader_ucx_t ucx = {};
     span_impl_init_func_t init;
     ucs_status_t status;
@@ -153,7 +154,8 @@ static ucs_status_t span_loader_register(const void *addr)
 
     if (!__atomic_compare_exchange_n(&state, &expected, 1, 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        return UCS_OK; /* another way in was taken, or is being taken */
+        /* another way in was taken: its result, or OK while it is taken */
+        return (expected == 2) ? result : UCS_OK;
     }
 
     status = UCS_ERR_UNSUPPORTED;
@@ -190,6 +192,7 @@ static ucs_status_t span_loader_register(const void *addr)
     /* registered: the implementation stays loaded for the process */
     status = UCS_OK;
 out:
+    result = status;
     __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
     return status;
 }
@@ -270,21 +273,30 @@ uct_query_components(uct_component_h **components_p, unsigned *count_p)
     return query(components_p, count_p);
 }
 
+/* uct_query_components of the UCX in the process's global scope, other
+ * than this library's; NULL where there is none */
+static void *span_loader_global_query(void)
+{
+    void *query = dlsym(RTLD_DEFAULT, "uct_query_components");
+
+    return (query == (void*)uct_query_components) ? NULL : query;
+}
+
 /*
- * Loaded by a program after UCX (dlopen, ucx_span.enable() in Python), a
- * UCX older than 1.22 is registered with now: its queries come from its
- * own libuct. UCX 1.22 and later load span as a module (ucs_module_global_init),
- * and where this definition is the global one, the first query registers.
+ * Loaded by a program after UCX (dlopen), a UCX older than 1.22 is
+ * registered with now: its queries come from its own libuct. UCX 1.22 and
+ * later load span as a module (ucs_module_global_init), and where this
+ * definition is the global one, the first query registers.
  */
 static void __attribute__((constructor)) span_loader_loaded(void)
 {
-    void *query = dlsym(RTLD_DEFAULT, "uct_query_components");
+    void *query = span_loader_global_query();
     Dl_info info;
     void *libuct;
     int modules;
 
-    if ((query == NULL) || (query == (void*)uct_query_components) ||
-        !dladdr(query, &info) || (info.dli_fname == NULL) ||
+    if ((query == NULL) || !dladdr(query, &info) ||
+        (info.dli_fname == NULL) ||
         ((libuct = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
         return;
     }
@@ -293,4 +305,60 @@ static void __attribute__((constructor)) span_loader_loaded(void)
     if (!modules) {
         span_loader_register(query);
     }
+}
+
+/* A libuct as UCX installs it (libuct.so.0) or auditwheel renames it
+ * (libuct-5f3c2a1b.so.0.0.0), not a module (libuct_cma.so) */
+static int span_loader_is_libuct(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name  = (slash == NULL) ? path : slash + 1;
+
+    return !strncmp(name, "libuct", 6) &&
+           ((name[6] == '.') || (name[6] == '-'));
+}
+
+typedef struct {
+    void     *query;  /* uct_query_components of the one found */
+    unsigned count;   /* libucts loaded */
+} span_loader_local_t;
+
+static int span_loader_local_cb(struct dl_phdr_info *info, size_t size,
+                                void *arg)
+{
+    span_loader_local_t *local = arg;
+    void *dl;
+
+    if ((info->dlpi_name == NULL) || !span_loader_is_libuct(info->dlpi_name) ||
+        ((dl = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+        return 0;
+    }
+    local->query = dlsym(dl, "uct_query_components");
+    local->count += (local->query != NULL);
+    dlclose(dl);
+    return 0;
+}
+
+/*
+ * For a program that loaded UCX before span and wants span now, whatever
+ * the release (ucx_span.enable() in Python): registers with the UCX of the
+ * global scope, or with the only UCX loaded where it was loaded local
+ * (libucx.load_library(): its UCP is bound to its own libuct, past this
+ * library's uct_query_components). UCS_OK where span is registered (now or
+ * before); UCS_ERR_NO_DEVICE where no UCX is loaded, or several are, none
+ * global.
+ */
+__attribute__((visibility("default"))) ucs_status_t span_loader_enable(void)
+{
+    span_loader_local_t local = {};
+    void *query               = span_loader_global_query();
+
+    if (query == NULL) {
+        dl_iterate_phdr(span_loader_local_cb, &local);
+        if (local.count != 1) {
+            return UCS_ERR_NO_DEVICE;
+        }
+        query = local.query;
+    }
+    return span_loader_register(query);
 }

@@ -13,7 +13,7 @@
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
-releases=${SPAN_UCX_RELEASES-1.19.0 1.20.1 1.21.0}
+releases=${SPAN_UCX_RELEASES-1.18.1 1.19.0 1.20.1 1.21.0}
 log=${SPAN_RELEASES_LOG:-$build/test/releases}
 mkdir -p "$log"
 failed=0
@@ -74,6 +74,14 @@ for v in $releases; do
         failed=1
         continue
     fi
+    # UCX 1.18's UCP has no abort for its zero-copy protocols: an access
+    # span refuses ends the process there ("'abort' is not implemented for
+    # protocol get/zcopy") after span's error line; 1.19 and later fail the
+    # request. The scenarios that make one are left out for 1.18.
+    ucp_filter='*'
+    case $v in
+    1.18.*) ucp_filter='-*out_of_bounds*:*past_the*' ;;
+    esac
     span="LD_PRELOAD=$build/src/uct/.libs/libuct_span.so"
     twins=$(env LD_LIBRARY_PATH="$prefix/lib" "$span" \
                 UCX_WARN_UNUSED_ENV_VARS=n "$prefix/bin/ucx_info" -d |
@@ -83,14 +91,18 @@ for v in $releases; do
     *" self+ "*" cma+ "*|*" cma+ "*" self+ "*) ;;
     *) twins="FAILED: '$twins'"; failed=1 ;;
     esac
-    check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 -r 2) ||
-        failed=1
+    if [ "$ucp_filter" = '*' ]; then
+        check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 \
+                    -r 2) || failed=1
+    else
+        check="not run: its out-of-bounds scenario ends a $v process"
+    fi
     uct=$(run "$v" uct env "$span" \
               UCX_MODULE_DIR="$build/test/modules/.libs" \
               ./span_uct_test --gtest_filter="$uct_filter") || failed=1
     ucp=$(run "$v" ucp env "$span" \
               UCX_MODULE_DIR="$build/test/modules/.libs" \
-              ./span_ucp_test) || failed=1
+              ./span_ucp_test --gtest_filter="$ucp_filter") || failed=1
     version=$(run "$v" version \
                   env LD_PRELOAD="$build/test/mismatch/.libs/libuct_span.so" \
                   ./span_version_test) || failed=1

@@ -307,6 +307,15 @@ static ucs_status_t strict_rkey_unpack(uct_component_t *component,
     return UCS_OK;
 }
 
+/* strict_rkey_unpack as UCX 1.18 and earlier call it: no params */
+static ucs_status_t strict_rkey_unpack_1_18(uct_component_t *component,
+                                            const void *buffer,
+                                            uct_rkey_t *rkey_p,
+                                            void **handle_p)
+{
+    return strict_rkey_unpack(component, buffer, NULL, rkey_p, handle_p);
+}
+
 static ucs_status_t strict_rkey_release(uct_component_t *component,
                                         uct_rkey_t rkey, void *handle)
 {
@@ -629,6 +638,10 @@ ucs_module_global_init(void)
 
     if (status != UCS_OK) {
         return status;
+    }
+    /* UCX 1.18 and earlier (no uct_rkey_unpack_v2) pass no params */
+    if (dlsym(RTLD_DEFAULT, "uct_rkey_unpack_v2") == NULL) {
+        strict_component.rkey_unpack = (void*)strict_rkey_unpack_1_18;
     }
     strict_tl.config = strict_cma_tl->config; /* UCX_CMA_* configure it */
     ucs_list_head_init(&strict_tl.config.list);

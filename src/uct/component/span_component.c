@@ -309,6 +309,9 @@ span_impl_global_init(void)
     }
 
     span_peer_init();
+    if (span_ucx->calls_1_18) {
+        span_component.rkey_unpack = (void*)span_rkey_unpack_1_18;
+    }
     if (span_md_config_extend(&span_component) != UCS_OK) {
         return UCS_ERR_NO_MEMORY;
     }

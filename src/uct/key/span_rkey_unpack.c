@@ -30,12 +30,10 @@ static ucs_status_t span_rkey_unpack_inner(span_rkey_t *rkey,
     uint32_t i;
 
     for (i = 0; i < rkey->num_inner; ++i) {
-        status = rkey->inner_component->rkey_unpack(rkey->inner_component,
-                                                    keys +
-                                                    (i * desc->key_size),
-                                                    params,
-                                                    &rkey->inner[i].rkey,
-                                                    &rkey->inner[i].handle);
+        status = span_ucx_rkey_unpack(rkey->inner_component,
+                                      keys + (i * desc->key_size), params,
+                                      &rkey->inner[i].rkey,
+                                      &rkey->inner[i].handle);
         if ((status == UCS_ERR_UNSUPPORTED) && (desc->key_size == 0)) {
             /* nothing to unpack (self) */
             rkey->inner[i].rkey = UCT_INVALID_RKEY;
@@ -179,6 +177,15 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
     *rkey_p   = (uintptr_t)rkey;
     *handle_p = NULL;
     return UCS_OK;
+}
+
+ucs_status_t span_rkey_unpack_1_18(uct_component_t *component,
+                                   const void *buffer, uct_rkey_t *rkey_p,
+                                   void **handle_p)
+{
+    const uct_rkey_unpack_params_t params = {.field_mask = 0};
+
+    return span_rkey_unpack(component, buffer, &params, rkey_p, handle_p);
 }
 
 ucs_status_t span_rkey_release(uct_component_t *component,

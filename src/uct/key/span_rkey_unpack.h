@@ -11,6 +11,11 @@ ucs_status_t span_rkey_unpack(uct_component_t *component, const void *buffer,
                               const uct_rkey_unpack_params_t *params,
                               uct_rkey_t *rkey_p, void **handle_p);
 
+/* span_rkey_unpack as UCX 1.18 and earlier call it: no params */
+ucs_status_t span_rkey_unpack_1_18(uct_component_t *component,
+                                   const void *buffer, uct_rkey_t *rkey_p,
+                                   void **handle_p);
+
 ucs_status_t span_rkey_release(uct_component_t *component, uct_rkey_t rkey,
                                void *handle);
 

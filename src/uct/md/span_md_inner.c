@@ -145,12 +145,23 @@ span_md_inner_mem_alloc(uct_md_h md, size_t *length_p, void **address_p,
     span_md_inner_t *wrap = span_md_inner_of(md);
     ucs_status_t status;
 
-    status = wrap->orig->mem_alloc(md, length_p, address_p, mem_type, sys_dev,
-                                   flags, alloc_name, memh_p);
+    status = span_ucx_mem_alloc(wrap->orig, md, length_p, address_p, mem_type,
+                                sys_dev, flags, alloc_name, memh_p);
     if (status == UCS_OK) {
         span_md_inner_add(wrap, *memh_p, (uintptr_t)*address_p, *length_p);
     }
     return status;
+}
+
+/* span_md_inner_mem_alloc as UCX 1.18 and earlier call it: no sys_dev */
+static ucs_status_t
+span_md_inner_mem_alloc_1_18(uct_md_h md, size_t *length_p, void **address_p,
+                             ucs_memory_type_t mem_type, unsigned flags,
+                             const char *alloc_name, uct_mem_h *memh_p)
+{
+    return span_md_inner_mem_alloc(md, length_p, address_p, mem_type,
+                                   UCS_SYS_DEVICE_ID_UNKNOWN, flags,
+                                   alloc_name, memh_p);
 }
 
 static ucs_status_t span_md_inner_mem_free(uct_md_h md, uct_mem_h memh)
@@ -228,7 +239,9 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
         wrap->ops.mem_dereg = span_md_inner_mem_dereg;
     }
     if (wrap->orig->mem_alloc != NULL) {
-        wrap->ops.mem_alloc = span_md_inner_mem_alloc;
+        wrap->ops.mem_alloc = span_ucx->calls_1_18 ?
+                              (void*)span_md_inner_mem_alloc_1_18 :
+                              span_md_inner_mem_alloc;
         wrap->ops.mem_free  = span_md_inner_mem_free;
     }
     pthread_mutex_lock(&span_md_inner_list_lock);

@@ -140,20 +140,28 @@ static void span_md_close(uct_md_h md)
     free(smd);
 }
 
-static uct_md_ops_t span_md_ops = {
-    .close              = span_md_close,
-    .query              = span_md_query,
-    .mem_alloc          = span_md_mem_alloc,
-    .mem_free           = span_md_mem_free,
-    .mem_advise         = span_md_mem_advise,
-    .mem_reg            = span_md_mem_reg,
-    .mem_dereg          = span_md_mem_dereg,
-    .mem_query          = span_md_mem_query,
-    .mkey_pack          = span_md_mkey_pack,
-    .mem_attach         = span_md_mem_attach,
-    .detect_memory_type = span_md_detect_memory_type,
-    .mem_elem_pack      = span_md_mem_elem_pack
-};
+/* The twin MD's ops; _mem_alloc as the UCX in the process calls it */
+#define SPAN_MD_OPS(_mem_alloc) \
+    { \
+        .close              = span_md_close, \
+        .query              = span_md_query, \
+        .mem_alloc          = _mem_alloc, \
+        .mem_free           = span_md_mem_free, \
+        .mem_advise         = span_md_mem_advise, \
+        .mem_reg            = span_md_mem_reg, \
+        .mem_dereg          = span_md_mem_dereg, \
+        .mem_query          = span_md_mem_query, \
+        .mkey_pack          = span_md_mkey_pack, \
+        .mem_attach         = span_md_mem_attach, \
+        .detect_memory_type = span_md_detect_memory_type, \
+        .mem_elem_pack      = span_md_mem_elem_pack \
+    }
+
+static const uct_md_ops_t span_md_ops = SPAN_MD_OPS(span_md_mem_alloc);
+
+/* UCX 1.18 and earlier: mem_alloc takes no sys_dev */
+static const uct_md_ops_t span_md_ops_1_18 =
+        SPAN_MD_OPS((void*)span_md_mem_alloc_1_18);
 
 static uint64_t span_md_page_align(uint64_t size, int up)
 {
@@ -323,7 +331,8 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         return UCS_ERR_NO_MEMORY;
     }
 
-    smd->super.ops       = &span_md_ops;
+    smd->super.ops       = (uct_md_ops_t*)(span_ucx->calls_1_18 ?
+                                           &span_md_ops_1_18 : &span_md_ops);
     smd->super.component = component;
     smd->inner_component = span_md_find_inner_component(component,
                                                         inner_name);

@@ -452,9 +452,9 @@ ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
         return UCS_ERR_NO_MEMORY;
     }
 
-    status = smd->inner_ops->mem_alloc(smd->inner, length_p, address_p,
-                                        mem_type, sys_dev, flags, alloc_name,
-                                        &memh->inner[0]);
+    status = span_ucx_mem_alloc(smd->inner_ops, smd->inner, length_p,
+                                address_p, mem_type, sys_dev, flags,
+                                alloc_name, &memh->inner[0]);
     if (status != UCS_OK) {
         goto err_free;
     }
@@ -478,6 +478,17 @@ err_mem_free:
 err_free:
     free(memh);
     return status;
+}
+
+ucs_status_t span_md_mem_alloc_1_18(uct_md_h md, size_t *length_p,
+                                    void **address_p,
+                                    ucs_memory_type_t mem_type,
+                                    unsigned flags, const char *alloc_name,
+                                    uct_mem_h *memh_p)
+{
+    return span_md_mem_alloc(md, length_p, address_p, mem_type,
+                             UCS_SYS_DEVICE_ID_UNKNOWN, flags, alloc_name,
+                             memh_p);
 }
 
 ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)

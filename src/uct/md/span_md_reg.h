@@ -34,6 +34,13 @@ ucs_status_t span_md_mem_alloc(uct_md_h md, size_t *length_p,
                                ucs_sys_device_t sys_dev, unsigned flags,
                                const char *alloc_name, uct_mem_h *memh_p);
 
+/* span_md_mem_alloc as UCX 1.18 and earlier call it: no sys_dev */
+ucs_status_t span_md_mem_alloc_1_18(uct_md_h md, size_t *length_p,
+                                    void **address_p,
+                                    ucs_memory_type_t mem_type,
+                                    unsigned flags, const char *alloc_name,
+                                    uct_mem_h *memh_p);
+
 ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh);
 
 #endif

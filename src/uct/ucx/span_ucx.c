@@ -53,6 +53,7 @@
 #define SPAN_UCX_LAYOUT_NO_SGL(_minor, _ops_minor, _has, _lacks, \
                                _md_ops_size) \
     { \
+        .calls_1_18                = ((_minor) <= 18), \
         .major                     = 1, \
         .minor                     = _minor, \
         .has_symbol                = _has, \
@@ -68,6 +69,8 @@
 
 static const span_ucx_layout_t span_ucx_layouts[] = {
 #ifndef SPAN_UCX_TEST_FOREIGN
+    SPAN_UCX_LAYOUT_NO_SGL(18, 19, "uct_iface_fill_info_str_buf",
+                           "uct_rkey_unpack_v2", SPAN_UCX_1_19_MD_OPS_SIZE),
     SPAN_UCX_LAYOUT_NO_SGL(19, 19, "uct_rkey_unpack_v2",
                            "uct_ep_get_device_ep", SPAN_UCX_1_19_MD_OPS_SIZE),
     SPAN_UCX_LAYOUT_NO_SGL(20, 20, "uct_iface_mem_element_pack",

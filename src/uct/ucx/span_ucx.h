@@ -318,10 +318,54 @@ typedef struct span_ucx_layout {
     size_t     attr_v2_sgl_counts_offset;
     unsigned   attr_v2_num_sgl_counts;
     uint64_t   v2_flags_sgl;
+    /* 1.18 and earlier: uct_md_ops_t.mem_alloc takes no sys_dev and
+     * uct_component_t.rkey_unpack no params (span_ucx_*_1_18_func_t) */
+    int        calls_1_18;
 } span_ucx_layout_t;
 
 /* The layout of the UCX in the process; set by span_ucx_select() */
 extern const span_ucx_layout_t *span_ucx;
+
+/* uct_md_ops_t.mem_alloc and uct_component_t.rkey_unpack of 1.18 and
+ * earlier */
+typedef ucs_status_t (*span_ucx_mem_alloc_1_18_func_t)(
+        uct_md_h md, size_t *length_p, void **address_p,
+        ucs_memory_type_t mem_type, unsigned flags, const char *alloc_name,
+        uct_mem_h *memh_p);
+
+typedef ucs_status_t (*span_ucx_rkey_unpack_1_18_func_t)(
+        uct_component_t *component, const void *rkey_buffer,
+        uct_rkey_t *rkey_p, void **handle_p);
+
+/* An MD's mem_alloc, as the UCX in the process calls it */
+static inline ucs_status_t
+span_ucx_mem_alloc(const uct_md_ops_t *ops, uct_md_h md, size_t *length_p,
+                   void **address_p, ucs_memory_type_t mem_type,
+                   ucs_sys_device_t sys_dev, unsigned flags,
+                   const char *alloc_name, uct_mem_h *memh_p)
+{
+    if (span_ucx->calls_1_18) {
+        return ((span_ucx_mem_alloc_1_18_func_t)(void*)ops->mem_alloc)(
+                md, length_p, address_p, mem_type, flags, alloc_name, memh_p);
+    }
+    return ops->mem_alloc(md, length_p, address_p, mem_type, sys_dev, flags,
+                          alloc_name, memh_p);
+}
+
+/* A component's rkey_unpack, as the UCX in the process calls it */
+static inline ucs_status_t
+span_ucx_rkey_unpack(uct_component_t *component, const void *rkey_buffer,
+                     const uct_rkey_unpack_params_t *params,
+                     uct_rkey_t *rkey_p, void **handle_p)
+{
+    if (span_ucx->calls_1_18) {
+        return ((span_ucx_rkey_unpack_1_18_func_t)(void*)
+                component->rkey_unpack)(component, rkey_buffer, rkey_p,
+                                        handle_p);
+    }
+    return component->rkey_unpack(component, rkey_buffer, params, rkey_p,
+                                  handle_p);
+}
 
 /*
  * Learns which UCX the plugin's UCX symbols resolve to and selects its

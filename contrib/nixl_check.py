@@ -518,7 +518,7 @@ def host_port(text):
 
 def target_env(tls):
     env = dict(os.environ, UCX_TLS=tls)
-    # NIXL's UCX on a machine with Debian's libefa: see the README
+    # NIXL's UCX on a machine with Debian's libefa: see docs/limitations.md
     env.setdefault("UCX_MODULES", "^efa")
     return env
 

@@ -10,8 +10,8 @@
 #      the target's window (a shared file mapping, inspected after the job
 #      too, since a job may abort): native outcome reported, the twins must
 #      refuse both with the target's memory untouched;
-#   3. the workaround for Open MPI 4.1's dynamic-window lookup (README,
-#      "Known limits of other projects"): a put to the last byte of a
+#   3. the workaround for Open MPI 4.1's dynamic-window lookup (docs/openmpi.md,
+#      "Known limits of Open MPI 4.1"): a put to the last byte of a
 #      region attached one byte longer lands over the twin.
 # Exits 77, with the reason, where Open MPI or its UCX components are
 # missing.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Checks the links of the repository's markdown files.
 
 The files are README.md, CONTRIBUTING.md and docs/*.md under ROOT. A link

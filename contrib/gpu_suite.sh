@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The GPU suite and GPU benchmarks, on a machine with an NVIDIA GPU and no
 # network, from the copy contrib/gpu_bundle.sh made (.gpu/): run from the
 # repository root there. Prints one table per part:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """NIXL as the client: two processes, NIXL agents with the UCX backend.
 
 The target registers one buffer; the initiator WRITEs and READs the whole

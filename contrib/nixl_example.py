@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """NIXL over span's twins, the smallest complete example: two processes,
 one WRITE and one READ, every byte checked.
 

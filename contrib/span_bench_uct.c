@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Per-operation cost of a twin: put_short and get_bcopy of 8 bytes over
  * `self` and `self+` in one process, runs interleaved, medians compared.

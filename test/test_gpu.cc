@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU test: two processes on one GPU, the vendor's own IPC transport beside
  * its twin, put and get of device memory of every kind users register,

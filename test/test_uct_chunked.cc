@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCT level: chunked registrations and the ops split across their chunks
  * and units, pieces deferred and reissued, faults injected into chunk

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The Open MPI leg of make check: MPI one-sided traffic (osc ucx, pml ucx)
 # between two local ranks on the project's UCX 1.22, natively and over
 # span's twins (test/mpi/span_mpi_rma.c, every byte checked):

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The ROCm leg: UCX's own rocm modules, built from UCX's tag by
 # a UCX 1.22 installation with its ROCm modules at $SPAN_UCX_ROCM_PREFIX (docs/rocm.md), on the emulated ROCm
 # runtime (test/rocm_emu) first in the library path: ucx_info -d lists

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The wheel leg of make check: ucx-span as a NIXL user gets it. The wheel is
 # built by pip from the checkout (pyproject.toml), its contents and
 # manylinux tag are checked (auditwheel), and it is installed into a fresh

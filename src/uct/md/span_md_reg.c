@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin MD registration: a request's extent (for device memory the physical
  * units under it), the registry that shares registrations, and the inner

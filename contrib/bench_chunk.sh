@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Cost of chunking (contrib/span_bench_chunk.c): registration of a region as
 # chunks vs as one, pinned through the strict test transport, and UCP
 # bandwidth of transfers that cross a hard boundary vs ones that do not.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Shared by the benchmark scripts (sourced; needs $perftest).
 port=$((20000 + RANDOM % 20000))
 median() {

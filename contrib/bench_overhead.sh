@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Overhead of span twins against the native transports, in the same run:
 #  1. per-op cost: put_short / get_bcopy of 8 bytes, self vs self+
 #     (contrib/span_bench_uct, in one process);

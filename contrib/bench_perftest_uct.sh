@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # UCT-level ucx_perftest, twin against native transport in the same run:
 # put_short and am_short latency (usec, 8 bytes), put_zcopy and get_zcopy
 # bandwidth (MB/s, 64 KiB), between two processes (self: one process, -l).

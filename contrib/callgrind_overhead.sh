@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Instructions a twin adds to each op, counted by callgrind (stable where
 # timings are not): contrib/span_bench_uct runs each op OPS times over a
 # native transport and over its twin, each in a process of its own, and

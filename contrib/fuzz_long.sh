@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The long fuzzing run of the span rkey parser, under ASan and UBSan:
 #   ./contrib/fuzz_long.sh [RUNS [SECONDS]]
 # 10^8 executions by default, no time limit unless SECONDS is given; the

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Packs what the GPU suite needs on a machine that has a GPU and no network
 # into .gpu/ (git-ignored, well under the 64 MiB a device run may carry):
 # the wheel's UCX libraries, its CUDA and CMA modules and tools, stripped,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The GPU suite and GPU benchmarks, on a machine with an NVIDIA GPU and no
 # network, from the copy contrib/gpu_bundle.sh made (.gpu/): run from the
 # repository root there. Prints one table per part:
@@ -32,7 +33,7 @@
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
-#     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, README "ROCm"); skipped elsewhere.
+#     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, docs/rocm.md); skipped elsewhere.
 # Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
 # (default 1234U56789PNFMCR)
 set -uo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Checks that the sources of span depend on each other in one direction.
 
 src is a stack of layers, one folder each, bottom first (LAYERS below;

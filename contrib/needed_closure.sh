@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Prints the given libraries and, transitively, every library they name in
 # DT_NEEDED that lies in one of DIRS (relative to the current directory),
 # one path a line, each once. Whatever is not found there (libc, the CUDA

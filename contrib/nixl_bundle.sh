@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Packs a slim copy of NIXL's python package for the GPU machine (Python
 # 3.12, torch, no network) into .gpu/nixlpy/ (git-ignored), for
 # contrib/nixl_check.py --gpu, run by contrib/gpu_suite.sh: the nixl_cu13

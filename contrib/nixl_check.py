@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """NIXL as the client: two processes, NIXL agents with the UCX backend.
 
 The target registers one buffer; the initiator WRITEs and READs the whole
@@ -518,7 +519,7 @@ def host_port(text):
 
 def target_env(tls):
     env = dict(os.environ, UCX_TLS=tls)
-    # NIXL's UCX on a machine with Debian's libefa: see the README
+    # NIXL's UCX on a machine with Debian's libefa: see docs/limitations.md
     env.setdefault("UCX_MODULES", "^efa")
     return env
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """NIXL over span's twins, the smallest complete example: two processes,
 one WRITE and one READ, every byte checked.
 
@@ -15,8 +16,8 @@ into a second buffer and checks that.
   options: --gpu (a PyTorch tensor on the GPU instead of a numpy buffer),
            --mib N (buffer size, default 16), --tls UCX_TLS
 
-Needs: pip install nixl-cu13 numpy, and the ucx-span wheel (README, "Install
-with pip"); --gpu: torch. Exits 0 when every byte arrived as written.
+Needs: pip install nixl-cu13 numpy, and the ucx-span wheel (docs/nixl.md,
+"Install with pip"); --gpu: torch. Exits 0 when every byte arrived as written.
 """
 import argparse
 import os
@@ -123,7 +124,7 @@ def make_agent(name, tls):
                      "the ucx-span wheel) and UCX_MODULE_DIR is not set")
     # NIXL 1.5.1's UCX ends the process with SIGSEGV at exit once its efa
     # module has loaded the system's libefa (Debian's ibverbs-providers),
-    # with or without span (README, "Known limits of other projects"):
+    # with or without span (docs/limitations.md, "Known limits of other projects"):
     # leave efa out unless you use AWS EFA
     os.environ.setdefault("UCX_MODULES", "^efa")
     try:

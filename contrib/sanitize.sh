@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds a copy of the committed tree with a sanitizer and runs make check.
 #   ./contrib/sanitize.sh [address|thread] [BUILD_DIR]
 # address: ASan + UBSan, leaks included; thread: TSan.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Linked into sanitizer builds only. UCX 1.22's cma reachability probe
  * (uct_cma_iface_is_reachable_v2) reads a peer's memory into the very iovec

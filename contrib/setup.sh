@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installs what building and testing ucx-span needs on Debian 12, idempotently:
 # build packages from Debian and UCX 1.22.0 from the PyPI wheel libucx-cu13,
 # unpacked into a project-local prefix (.deps/), never system-wide.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Cost of chunking, twin against twin in the same run, medians:
  *  1. registration: a region registered as chunks vs as one registration,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU measurements the GPU suite's table needs beside ucx_perftest:
  *   units HANDLES        how the CUDA resolver sees a VMM range of HANDLES

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Cost of the registry as it fills: COUNT distinct pages of one mapping
  * (every other page) registered through a twin MD (each a new

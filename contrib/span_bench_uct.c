@@ -1,8 +1,10 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Per-operation cost of a twin: put_short and get_bcopy of 8 bytes over
  * `self` and `self+` in one process, runs interleaved, medians compared.
- * Written for the project because UCT-level ucx_perftest cannot drive a twin
- * (it allocates through the inner MD; README, known limitations).
+ * Written for the project when UCT-level ucx_perftest could not drive a twin
+ * (it allocates through the inner MD); it can now (docs/architecture.md,
+ * contrib/bench_perftest_uct.sh).
  *
  * Usage: span_bench_uct [OPS_PER_RUN [RUNS [TL [OP]]]]; needs
  * UCX_MODULE_DIR. With TL, only that transport runs each op (or OP alone)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * span-check: moves real bytes between two local processes over a native
  * transport and over its span twin, and prints one table of what a user

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A libnvidia-ml.so.1 for the GPU suite (part F) in which cuda_ipc's NVLink
  * probe always fails and span's own succeeds: it forwards to the real NVML

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA resolver as a plain C call, for contrib/span_torch_check.py
  * (ctypes): how span sees a real PyTorch tensor.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """How span resolves a real PyTorch tensor under expandable_segments:True.
 
 PyTorch maps an expandable segment as one VMM physical allocation per

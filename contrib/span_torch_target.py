@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The target process of the GPU suite's PyTorch cases.
 
 Its memory is one tensor of PyTorch's caching allocator with

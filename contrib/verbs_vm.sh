@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A real verbs device where the host has none: boots Debian's kernel under
 # qemu (TCG), brings up soft-RoCE (rxe0 over virtio-net) and runs commands in
 # a chroot of the host's / shared read-only through 9p, so host binaries, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * An allocation of span's that fails while twins are made (issue 38 G): the
  * first queries and opens after it may fail, with an error line, but the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the chunk planner: every byte of small extents, against the
  * rules the twin relies on */
 extern "C" {

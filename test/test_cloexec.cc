@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Descriptors span makes do not reach a program this process executes
  * (issue 29, item 6): the spill arena, the VMM export table, a unit's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * CUDA resolver over a scripted driver: which units a range resolves to,
  * and the refusals.

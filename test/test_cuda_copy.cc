@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The VMM copy engine over a scripted driver: ops return UCS_INPROGRESS
  * and complete from progress only after the device ran their copies, once;

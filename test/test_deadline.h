@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Ends the test process when a test body hangs: a waiting loop that never
  * returns must fail the suite, not stall it */
 #ifndef SPAN_TEST_DEADLINE_H_

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Descriptors open in this process: a test that must leave none behind
  * counts them before and after */
 #ifndef TEST_FDS_H_

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Tests across fork: a body that runs in a child, which reports through its
  * exit status (GoogleTest's checks in a child would be lost, or reported
  * twice), and waits on the child and its pipes that end in a bound, so a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU test: two processes on one GPU, the vendor's own IPC transport beside
  * its twin, put and get of device memory of every kind users register,
@@ -9,7 +10,7 @@
  *  - span_gpu_rocm_test (SPAN_GPU_TEST_ROCM, ROCm): rocm_ipc beside
  *    rocm_ipc+, wherever HIP finds a device and UCX has its rocm module: on
  *    an AMD GPU, or on the emulated ROCm runtime (test/rocm_emu) with a UCX
- *    built from its tag (README, "ROCm"; test/rocm/run.sh). Each case
+ *    built from its tag (docs/rocm.md; test/rocm/run.sh). Each case
  *    prints one "ROCM|" line, which test/rocm/run.sh gathers into a table,
  *    native beside twin.
  * Where the memory type's runtime, a device or (ROCm) UCX's module is
@@ -90,7 +91,7 @@ struct gpu_vendor {
 const gpu_vendor vendor = {
     "rocm", UCS_MEMORY_TYPE_ROCM, "ROCM", "ROCm GPU test skipped",
     "rocm_ipc", "rocm_copy", false, true,
-    "no rocm module: build UCX with its ROCm modules (README, ROCm); or HSA "
+    "no rocm module: build UCX with its ROCm modules (docs/rocm.md); or HSA "
     "finds no device"
 };
 
@@ -597,7 +598,7 @@ TEST_P(SPAN_GPU_PAIR, free_and_allocate_again_at_the_same_address)
 /* Ops of 1..64 bytes just before and just past what was registered are
  * refused, and no byte of the allocation changes: the range as given, or
  * with UCX's defaults the handle UCP cut it to, widened by span over the
- * handles after it (README, "Bounds contract") */
+ * handles after it (docs/bounds.md) */
 TEST_P(SPAN_GPU_PAIR, just_outside_the_registration_is_refused)
 {
     if (!twin() || (gcase().kind != SPAN_GPU_VMM) ||

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Counts and silences UCX error lines while alive: a refusal must log */
 #ifndef SPAN_TEST_LOG_H_
 #define SPAN_TEST_LOG_H_

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The ops table a twin gives its inner MD object (span_md_inner.h): only an
  * object of its own open gets one. UCX's rocm_ipc hands out one static MD

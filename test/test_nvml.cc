@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The NVLink probe of cuda_ipc+ (span_nvml.c) against a scripted NVML: what
  * it counts, and that NVML calls which fail for a while are tried again,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The registry's lookups inside device units and its per-thread slots,
  * over entries of its own (no MD): a buffer inside any unit of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the span rkey wire format */
 extern "C" {
 #include "md/span_md.h"

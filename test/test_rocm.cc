@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The ROCm resolver against the emulated runtime (test/rocm_emu): the
  * units under hipMalloc memory and VMM ranges as span registers them, the

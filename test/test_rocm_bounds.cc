@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The extent a rocm_ipc+ key of VMM units serves, on the emulated runtime:
  * a registration of a sub-range of a VMM range (1 MiB + 13 bytes into 4

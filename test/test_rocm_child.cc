@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The second process of the emulated-runtime tests, and the program's main.
  */

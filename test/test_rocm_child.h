@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The second process of the emulated-runtime tests: this program again
  * (/proc/self/exe --rocm-child MODE ARGS...), a fresh process with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The emulated ROCm runtime itself (test/rocm_emu): the contracts UCX's
  * rocm modules and span rely on, checked where a real runtime would be, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A twin MD of rocm_ipc on the emulated runtime (test_rocm_md.h): the
  * fields span_md_open would set, and the registration span_md_mem_reg

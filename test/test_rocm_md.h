@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A rocm_ipc+ twin MD's key packing on the emulated ROCm runtime, without
  * UCX's rocm module: the registration of [address, address + length) as

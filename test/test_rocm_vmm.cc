@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ROCm VMM units span exports itself, across processes, on the emulated
  * runtime, with no UCX rocm module: a child exports the POSIX-fd handles of

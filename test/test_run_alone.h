@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Runs each test of the program in a process of its own (this program
  * again, filtered to the test): GPU runtimes do not survive fork, and a

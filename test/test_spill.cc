@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Spill arena: keys stored by this process and read back through
  * /proc/self/fd, slots released and reused, stale references refused.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCP level: put, get, atomics and tag send between two processes (cma+) or
  * within one (self+), every byte checked where it landed, and the same over

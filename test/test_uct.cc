@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCT level: the component and its twins load; twin MDs register, pack and
  * unpack keys, and twin transports move bytes as their inner ones do

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The fixtures of the UCT-level tests (test_uct*.cc): twin MDs and
  * transports over real inner transports, in one process. libuct_span is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCT level: chunked registrations and the ops split across their chunks
  * and units, pieces deferred and reissued, faults injected into chunk
@@ -477,8 +478,8 @@ TEST_P(span_uct_chunked, a_key_serves_the_range_packed_not_the_registration)
                     }
                     if ((kind == 1) && (addr == at[3]) &&
                         (std::string(GetParam()) == "self+")) {
-                        continue; /* self packs in place (README, "Known
-                                     limitations") */
+                        continue; /* self packs in place
+                                     (docs/limitations.md) */
                     }
                     status = op(kind, addr, len);
                     if (status == UCS_ERR_UNSUPPORTED) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The inner transport's configuration through its twin (issue 38 D): a
  * field of the inner MD set on the twin MD's configuration

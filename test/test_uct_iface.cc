@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCT level: the table of twin ifaces, and the uniform ops that call the
  * inner op without a lookup (test_uct.h has the fixtures).

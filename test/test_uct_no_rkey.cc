@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Ops given no key (UCT_INVALID_RKEY or 0), as UCT users and UCX's own
  * tests pass them: for memory without a memh (uct_iface_mem_alloc on cma)

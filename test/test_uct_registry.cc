@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCT level: registration over strict+, the transport with an RDMA NIC's
  * registration rules: regions its MD refuses, the registry that shares

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the UCT-level tests (test_uct*.cc, vm/test_verbs_vm.cc) open alike:
  * components, MDs, device ifaces and an ep of an iface to itself */
 #ifndef SPAN_TEST_UCT_UTIL_H_

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Verbs resolver over a scripted libibverbs: which device an ib MD's name
  * finds, the limit it reads, and that everything opened is closed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A libuct_span.so without a layout for the UCX it is loaded into must not
  * register: ctest runs this program with UCX_MODULE_DIR pointing at a

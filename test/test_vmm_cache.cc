@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The import cache of VMM mappings, over real exports of this process (the
  * export table, with memfds as units) and an import that maps nothing: one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Shared VMM exports and the export table, over a driver whose "units" are
  * memfds: one descriptor per unit however many registrations cover it,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The import of VMM units (span_vmm_import.h), the same for every driver,
  * over real exports of this process (the export table, with memfds as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Included first in every C file of the wheel's build (-include), so that
  * the plugin built on a newer glibc runs where NIXL's manylinux_2_28 wheel

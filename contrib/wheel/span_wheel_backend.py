@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """PEP 517 build backend of the ucx-span wheel (pyproject.toml names it).
 
 `pip wheel .` (or `python -m build`) runs the project's autotools build of

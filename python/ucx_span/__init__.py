@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """span, a UCX transport plugin, for the UCX a Python process runs.
 
 span adds twin transports to UCX (``cma+``, ``cuda_ipc+``, ``rc_verbs+``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """python -m ucx_span env [--tls LIST]   export lines for a shell's eval
 python -m ucx_span dir                  the directory of the plugin"""
 import argparse

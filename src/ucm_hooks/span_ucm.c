@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCM subscription. UCP's own registration cache subscribes too: both see
  * every unmap, each forgets its own entries (see uct/md/span_md_reg.c on the

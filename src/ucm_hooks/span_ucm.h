@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Memory events: span learns from UCM when memory is unmapped (host) or
  * freed (GPU memory types). This layer only delivers them: what a range

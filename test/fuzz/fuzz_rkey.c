@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target: span rkey parsing and everything an importer does with
  * a parsed key (every inner key rebuilt, chunk lookups over the extent).

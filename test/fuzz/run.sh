@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the span rkey fuzzer with clang's libFuzzer (ASan + UBSan) and runs
 # it for SECONDS (0: no limit) or RUNS executions, whichever ends first, on
 # a corpus directory, kept between runs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Seeds for the rkey fuzzer: keys packed by span_rkey_pack with every
  * field at or next to its extremes (extent at the top of the address space

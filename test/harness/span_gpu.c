@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Device memory for tests and tools. The kinds of allocation (span_gpu.h)
  * are written once, over a small table of a runtime's calls: CUDA's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Device memory for the GPU tests, span-check and the GPU benchmarks:
  * the kinds of allocation users register (cudaMalloc, stream-ordered pool,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Finds a UCT component by name and opens one MD of it, its config read
  * from the environment: for the tests and benchmarks that drive an MD

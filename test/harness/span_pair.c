@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Two-process (or loopback) UCP harness shared by span-check and the tests.
  * The target answers fixed-size commands over a socketpair (a TCP

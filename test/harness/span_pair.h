@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Two UCP endpoints for span-check and the UCP tests: an initiator (the
  * calling process) and a target, either a forked process that serves

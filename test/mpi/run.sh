@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The Open MPI leg of make check: MPI one-sided traffic (osc ucx, pml ucx)
 # between two local ranks on the project's UCX 1.22, natively and over
 # span's twins (test/mpi/span_mpi_rma.c, every byte checked):
@@ -10,8 +11,8 @@
 #      the target's window (a shared file mapping, inspected after the job
 #      too, since a job may abort): native outcome reported, the twins must
 #      refuse both with the target's memory untouched;
-#   3. the workaround for Open MPI 4.1's dynamic-window lookup (README,
-#      "Known limits of other projects"): a put to the last byte of a
+#   3. the workaround for Open MPI 4.1's dynamic-window lookup (docs/openmpi.md,
+#      "Known limits of Open MPI 4.1"): a put to the last byte of a
 #      region attached one byte longer lands over the twin.
 # Exits 77, with the reason, where Open MPI or its UCX components are
 # missing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * span_mpi_rma: MPI one-sided traffic between two ranks, every byte of
  * every window and of every result buffer checked. Rank 0 is the origin,

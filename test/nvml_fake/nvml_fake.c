@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A scripted NVML for the tests of span's NVLink probe (test_nvml.cc, which
  * ctest runs as nvml_probe and nvml_fork with this library first on

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The releases leg: span in every UCX release before 1.22 that it supports,
 # each from the PyPI wheel contrib/setup.sh unpacked into .deps/ucx-<v>,
 # loaded the way those releases allow (LD_PRELOAD: they load no module by

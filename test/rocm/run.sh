@@ -1,6 +1,7 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The ROCm leg: UCX's own rocm modules, built from UCX's tag by
-# a UCX 1.22 installation with its ROCm modules at $SPAN_UCX_ROCM_PREFIX (README, "ROCm"), on the emulated ROCm
+# a UCX 1.22 installation with its ROCm modules at $SPAN_UCX_ROCM_PREFIX (docs/rocm.md), on the emulated ROCm
 # runtime (test/rocm_emu) first in the library path: ucx_info -d lists
 # rocm_ipc and rocm_ipc+, the ROCm GPU test (test/test_gpu.cc over ROCm) moves
 # bytes between two processes over rocm_ipc and rocm_ipc+, and
@@ -25,9 +26,9 @@ skip() {
 
 [ -n "$prefix" ] ||
     skip "SPAN_UCX_ROCM_PREFIX is not set (build UCX's rocm modules with" \
-         "a UCX 1.22 installation with its ROCm modules at PREFIX (README, ROCm), then set it to PREFIX)"
+         "a UCX 1.22 installation with its ROCm modules at PREFIX (docs/rocm.md), then set it to PREFIX)"
 [ -e "$prefix/lib/ucx/libuct_rocm.so.0" ] ||
-    skip "no UCX rocm module in $prefix/lib/ucx (README, "ROCm": a UCX installation with its ROCm modules)"
+    skip "no UCX rocm module in $prefix/lib/ucx (docs/rocm.md: a UCX installation with its ROCm modules)"
 if [ "$runtime" = real ]; then
     export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     where="on the ROCm runtime of this machine"

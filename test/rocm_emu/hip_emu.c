@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The HIP calls of the emulated ROCm runtime (libamdhip64.so.5), over the
  * emulated HSA runtime: hipMalloc allocates from a device's pool through

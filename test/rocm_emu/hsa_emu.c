@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * An emulated HSA runtime (libhsa-runtime64.so.1, symbols of version
  * ROCR_1), for tests only: see test/rocm_emu/README for what it models and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * An emulated ROCm runtime, for tests only (test/rocm_emu/README).
  *

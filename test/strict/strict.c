@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * "strict": a test-only UCT component that behaves like an RDMA NIC on a
  * machine without one. Its MD registers at most UCX_STRICT_MAX_MR_SIZE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # What both VM legs of make check (run.sh, run_two_node.sh) need, sourced
 # with top, build and nixl set: skips (77, with the reason) where NIXL's
 # UCX or Debian's rxe provider is missing, and sets

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The VM leg of make check: span over a real verbs device, soft-RoCE in the
 # qemu VM of contrib/verbs_vm.sh, in NIXL's UCX 1.23 (the 1.22 wheel has no
 # verbs transports). Exits 77, with the reason, where the VM, NIXL's UCX or

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The two-node leg of make check: span across machines, two qemu VMs of
 # contrib/verbs_vm.sh's cluster with soft-RoCE each, in NIXL's UCX 1.23.
 # Node b serves targets (span-check -l, and nixl_check.py --serve where

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Two nodes (test/vm/run_two_node.sh): this process on node a, every target
  * on node b, a process that span-check -l there (SPAN_TWO_NODE_PEER, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Real verbs, in the soft-RoCE VM (test/vm/run.sh): the twins of rc_verbs
  * over a real device, beside rc_verbs itself; chunked registrations as real

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The wheel leg of make check: ucx-span as a NIXL user gets it. The wheel is
 # built by pip from the checkout (pyproject.toml), its contents and
 # manylinux tag are checked (auditwheel), and it is installed into a fresh
@@ -9,7 +10,7 @@
 #       UCX_TLS=posix,cma+, environment from `python -m ucx_span env`;
 #   UCX 1.23 (nixl-cu13): contrib/nixl_check.py in CPU mode (cma vs cma+,
 #       every byte checked), environment from ucx_span.enable(); then
-#       contrib/nixl_example.py, the README's example, as a user runs it;
+#       contrib/nixl_example.py, the example of docs/nixl.md, as a user runs it;
 # span loaded by libucx's own Python loader after ucx_span.enable(), and
 # enable() after either UCX made a context registering span, with a warning.
 # PyPI's wheels are downloaded once into SPAN_WHEELHOUSE (.deps/wheelhouse)
@@ -75,7 +76,7 @@ fi
 offline=(--no-index --find-links "$wh")
 "${pip[@]}" install "${offline[@]}" "${tools[@]}"
 
-# The wheel, as the README builds it
+# The wheel, as docs/nixl.md builds it
 step "pip wheel ."
 (cd "$top" && "${pip[@]}" wheel "${offline[@]}" --no-deps -w "$tmp/dist" .) \
     >"$tmp/log" 2>&1 || { cat "$tmp/log"; fail "pip wheel . failed"; }
@@ -239,7 +240,7 @@ EOF
     fail "nixl_check.py with the installed ucx_span"
 step "UCX 1.23 of nixl-cu13: nixl_check.py, cma vs cma+"
 
-# The example the README's pip section points users at, run as they would
+# The example docs/nixl.md's pip section points users at, run as they would
 # (its default: both processes here, cma+,tcp, span from ucx_span.enable())
 env -u UCX_MODULE_DIR "$py" "$top/contrib/nixl_example.py" >"$tmp/log" 2>&1 ||
     { cat "$tmp/log"; fail "nixl_example.py"; }

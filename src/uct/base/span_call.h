@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A call of a runtime span loads (libcuda, HSA) whose failure is logged
  * with the call as written and the runtime's words for the error, as UCX's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Completing a caller's uct_completion_t, as UCT's transports do (the
  * helper UCX has for it is not installed).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Vendor libraries loaded at run time (libcuda, HIP, HSA): span links
  * none, so that one build loads on hosts with or without them. A library

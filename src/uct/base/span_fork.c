@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One fork handler for every lock of span (span_fork.h).
  *

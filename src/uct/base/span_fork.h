@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * fork() and span's locks: every lock span holds is taken before fork, in
  * one global order, and released after it in parent and child, so a child

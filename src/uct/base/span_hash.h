@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * FNV-1a 32, the one hash of span: checksums of its rkeys and spill slots,
  * component ids, and the identity of a peer's VMM units. Its values cross

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Peer processes on this node: what a pid, a PID namespace and a
  * descriptor number a peer sends can name here, and the ways span reaches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The span component: discovers the transports of the other components and
  * offers a twin of each MD that has a transport with a twin; its rkey ops

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The span component: twins of other components' MDs and transports, and
  * span's configuration.

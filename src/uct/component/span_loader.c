@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libuct_span.so: the file UCX loads from UCX_MODULE_DIR. It links nothing
  * of UCX and references no UCX symbol; the component itself is

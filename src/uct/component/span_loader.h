@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Between libuct_span.so (the loader UCX loads, span_loader.c) and
  * libspan_impl.so (the component): the one function the loader calls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin transports: discovery, one uct_tl_t per inner transport, and their
  * iface_open, which opens the inner iface and makes it a twin

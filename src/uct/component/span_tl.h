@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin transports: the span component's uct_tl_t, one per inner transport.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The twin's data ops: the ops that carry an rkey or a local memh, with the
  * ep's flush, fence and destroy, which first issue what span deferred.

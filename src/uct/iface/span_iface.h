@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin ifaces: the inner transport's iface, with the ops that carry an rkey
  * or a memory handle patched in place.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The twin state of every open twin iface, found from the iface pointer by
  * a lock-free table, and the inner ops that the open twins share, which

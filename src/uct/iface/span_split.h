@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Op splitter: a zcopy put or get whose remote range crosses a chunk or
  * unit end, or whose local iov crosses a local chunk end, becomes one inner

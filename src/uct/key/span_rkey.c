@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Span rkey, wire format version 5 (4 did not carry its packed size, so an
  * importer bounded a peer's key by what its own twins pack, past the end

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The span rkey: its wire format, packed and parsed (span_rkey.c, which
  * describes the format next to its code), and the unpacked rkey with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The unpacked span rkey: what uct_rkey_t points to for a twin, built from
  * a peer's packed rkey (span_rkey.c), and the span component's rkey ops.

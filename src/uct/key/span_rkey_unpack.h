@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The span component's rkey ops: a peer's packed span rkey (span_rkey.c)
  * unpacked into the span_rkey_t that uct_rkey_t points to for a twin.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Spill arena: one memfd per process, holding slots of inner keys.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Spill table: inner keys too large for the 255 bytes of a span rkey (one
  * cuda_ipc key is 192 bytes) are kept by the exporting process and fetched

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin memory domain: registers through an inner MD, in chunks where the
  * inner MD cannot register a unit at once, and packs span rkeys.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The twin MDs' configuration table (span_md_config.h).
  *

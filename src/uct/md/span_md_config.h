@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The twin MDs' configuration table: span's own fields (UCX_SPAN_*), then
  * each inner component's MD fields under that component's prefix, so that

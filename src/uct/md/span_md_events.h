@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What memory events mean to twin MDs: a range that is unmapped or freed
  * is forgotten by the registry (span_registry.h), and the VMM units span

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The inner MD of a twin MD, as others register with it (span_md_inner.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin memory domain: opening and closing, what it
  * reports, and the ops it passes to the inner MD. Registration is in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Opening a twin MD: the span component's md_open, with the configuration
  * of span_md_config.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin MD key packing: the span rkey of a registration, sealed once when it
  * is registered, with its keys inline, spilled, or span's own VMM exports;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin MD key packing (span_md_pack.c): a registration's span rkey is
  * packed once, when it is registered, so that a region whose keys do not

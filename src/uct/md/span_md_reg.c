@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin MD registration: a request's extent (for device memory the physical
  * units under it), the registry that shares registrations, and the inner
@@ -97,7 +98,7 @@ static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
 }
 
 /* What a request registers: its own range, or for device memory the whole
- * physical units under it (DESIGN §1.2: an inner transport never sees an
+ * physical units under it (docs/design.md §1.2: an inner transport never sees an
  * interior pointer, and every buffer inside a unit shares its
  * registration) */
 typedef struct span_md_extent {

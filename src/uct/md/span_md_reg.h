@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Twin MD registration (span_md_reg.c). A request is widened to what it
  * lies in (for device memory the physical units under it: an inner

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What a twin of an MD that registers ROCm memory (rocm_ipc+) does beyond
  * the CUDA twins: the ROCm resolver (resolvers/span_rocm.h) in place of

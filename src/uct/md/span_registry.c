@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Registry. Under one mutex: memory events arrive from whichever thread
  * unmaps, and nothing under the lock allocates, frees or unmaps, so a

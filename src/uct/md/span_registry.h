@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Registry of the registrations of every twin MD: a request for a range
  * that a live registration covers exactly, and whose capabilities (access

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The resolver's walk, for every driver (span_cuda.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * CUDA resolver: the physical units under a range of device memory. A
  * cudaMalloc or pool allocation is one unit (cuMemGetAddressRange); a VMM

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * CUDA's calls for the VMM copy engine (span_cuda_copy.h).
  */

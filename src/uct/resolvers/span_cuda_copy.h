@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * CUDA's calls for the VMM copy engine (span_vmm_copy.h): an op's copies
  * go on a non-blocking stream of the device, made on first use in its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA driver's calls of the resolver (span_cuda.h) and of a VMM
  * export (span_vmm_export.h). Built only where configure found cuda.h

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA driver's calls of a VMM import (span_vmm_import.h). Built only
  * where configure found cuda.h (span_vendor.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA driver, loaded once at run time (base/span_dl.h) for the
  * resolver, the VMM export and import (span_cuda_driver.c, span_cuda_vmm.c)

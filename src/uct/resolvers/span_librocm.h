@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The ROCm runtime, loaded once at run time (base/span_dl.h) for the ROCm
  * resolver and VMM export (span_rocm.c), the VMM import (span_rocm_vmm.c)

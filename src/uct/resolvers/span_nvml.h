@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * NVLinks of the GPUs, as NVML reports them: the twin of cuda_ipc decides
  * from this whether it offers get zero-copy.

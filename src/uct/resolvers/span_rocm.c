@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * HIP's calls of the resolver and of a VMM export (span_rocm.h).
  */

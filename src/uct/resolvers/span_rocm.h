@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ROCm resolver: the physical units under a range of ROCm device memory, as
  * the CUDA resolver finds them (span_cuda.h, whose walk, unit geometry and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ROCm's calls for the VMM copy engine (span_rocm_copy.h).
  */

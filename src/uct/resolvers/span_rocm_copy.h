@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ROCm's calls for the VMM copy engine (span_vmm_copy.h), as rocm_ipc
  * copies: each copy of an op is queued with hsa_amd_memory_async_copy by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * HIP's calls of a VMM import (span_vmm_import.h): the units a ROCm twin
  * exports (span_md_rocm.h), whose keys the importer marks with

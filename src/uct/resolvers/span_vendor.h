@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The GPU vendors this build of span has. configure compiles a vendor's
  * files (its driver's loader and calls) only where it found the vendor's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Verbs resolver: the largest region the RDMA device under an ib MD can
  * register, its max_mr_size. UCX's ib MD reports no limit (max_reg

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * VMM handles that the inner transport cannot export, exported by span.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Imported VMM mappings, shared by every rkey that names the same units of
  * the same exporter (UCP unpacks a rendezvous rkey per message), and kept

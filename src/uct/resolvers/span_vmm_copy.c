@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The VMM copy engine (span_vmm_copy.h), of every vendor.
  */

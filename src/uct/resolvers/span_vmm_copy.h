@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Asynchronous device copies through the VMM units span maps itself
  * (span_vmm.h), one engine per twin iface, as cuda_ipc and rocm_ipc do

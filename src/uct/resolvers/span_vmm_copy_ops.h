@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What a GPU vendor does for span's VMM copy engine (span_vmm_copy.h): the
  * runtime's calls that start copies on a device and tell when they ran,

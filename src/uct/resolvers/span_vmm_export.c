@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Shared VMM exports and the export table (span_vmm_export.h).
  *

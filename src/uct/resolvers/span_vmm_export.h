@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Exports of VMM units, shared, and the export table that vouches for them.
  *

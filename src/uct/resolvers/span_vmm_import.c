@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The import of VMM units, one for every driver (span_vmm_import.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The import of a peer's exported VMM units (span_vmm.h), the same for
  * every driver: reserve one range, take each unit's descriptor from the

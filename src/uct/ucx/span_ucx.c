@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Which UCX the plugin runs in, and what its internal layouts are there.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * UCX internals that a UCT component needs and that UCX does not install
  * (uct/base/uct_component.h, uct/base/uct_md.h, uct/base/uct_iface.h,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What UCX 1.19, 1.20 and 1.21 lay out differently from 1.22 (read from
  * the v1.19.0, v1.20.0 and v1.21.0 sources; 1.16 to 1.18 share 1.19's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What UCX 1.22 lays out differently from the other supported releases
  * (read from the v1.22.0 sources): the internal ops of uct_base_iface_t and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What UCX 1.23 lays out differently from 1.22 (read from UCX master that
  * says 1.23.0, checked against the symbols of NIXL's 1.23.0 build): two more

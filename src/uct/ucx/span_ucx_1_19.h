@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * What UCX 1.19, 1.20 and 1.21 lay out differently from 1.22 (read from
+ * What UCX 1.18 to 1.21 lay out differently from 1.22 (read from
  * the v1.19.0, v1.20.0 and v1.21.0 sources; 1.16 to 1.18 share 1.19's
  * internal ops): the internal ops of uct_base_iface_t, which have no SGL
  * ops in any of them, and uct_md_attr_v2_t, which ends before

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ucx_span.enable() in a Python process that loads UCX through libucx's
 own loader (local, as UCXX does), span first or UCX first: a UCP context
 whose UCX_TLS names twins only then opens (it fails where span is not

@@ -430,8 +430,8 @@ static int span_rkey_geom_flags(const span_chunk_geom_t *geom,
     if ((geom->unit_size == 0) || (geom->unit_origin == 0)) {
         return 0;
     }
-    return (geom->unit_origin == geom->base) ? SPAN_RKEY_FLAG_UNITS_FROM_BASE :
-                                               -1;
+    return (geom->unit_origin == geom->base) ?
+           (int)SPAN_RKEY_FLAG_UNITS_FROM_BASE : -1;
 }
 
 ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,

@@ -263,7 +263,7 @@ void span_spill_remove(const span_rkey_spill_t *spill)
     span_spill_slot_t slot, cleared = {0};
 
     pthread_mutex_lock(&span_spill.lock);
-    if (spill->pid != span_spill.pid) {
+    if (spill->pid != (uint32_t)span_spill.pid) {
         ucs_debug("span spill: slot at offset %" PRIu64 " of arena 0x%"
                   PRIx64 " is process %u's, which this one was forked from: "
                   "left to it", spill->offset, spill->arena_id, spill->pid);

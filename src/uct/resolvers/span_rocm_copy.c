@@ -139,10 +139,10 @@ static ucs_status_t span_rocm_copy_addr(uint8_t *local, size_t length,
     host  = info.hostBaseAddress;
     agent = info.agentBaseAddress;
     if ((local >= agent) && (length <= info.sizeInBytes) &&
-        (local - agent <= info.sizeInBytes - length)) {
+        ((size_t)(local - agent) <= info.sizeInBytes - length)) {
         *addr_p = local;
     } else if ((local >= host) && (length <= info.sizeInBytes) &&
-               (local - host <= info.sizeInBytes - length)) {
+               ((size_t)(local - host) <= info.sizeInBytes - length)) {
         *addr_p = agent + (local - host);
     } else {
         goto err; /* past the locked range */

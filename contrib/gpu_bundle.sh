@@ -39,6 +39,21 @@ if [ -x "$top/test/nixl/span_gpu_test" ] && [ -d "$nixl" ]; then
     strip --strip-unneeded "$out"/nixl/lib/*.so.* "$out"/nixl/lib/ucx/*.so.* \
         "$out"/nixl/bin/* 2>/dev/null || true
 fi
+# UCX releases before 1.22 from their wheels (contrib/setup.sh), for part V:
+# their four libraries and the modules the GPU tests use, as shipped
+for v in ${SPAN_GPU_RELEASES-1.18.1 1.21.0}; do
+    rel=$top/.deps/ucx-$v/libucx/lib
+    [ -d "$rel" ] || continue
+    mkdir -p "$out/ucx-$v/lib/ucx"
+    for lib in ucp uct ucs ucm; do
+        cp -L "$rel/lib$lib.so.0" "$out/ucx-$v/lib/"
+    done
+    for mod in uct_cuda ucm_cuda uct_cma; do
+        cp -L "$rel/ucx/lib$mod.so.0" "$out/ucx-$v/lib/ucx/"
+    done
+    # not stripped: strip breaks these patchelf-made files ("ELF load
+    # command address/offset not page-aligned")
+done
 # the test harness, for the PyTorch target (contrib/span_torch_target.py)
 cp -L "$top/test/harness/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py

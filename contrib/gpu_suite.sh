@@ -32,10 +32,18 @@
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
+#  V. UCX releases before 1.22 (1.21, 1.18: .gpu/ucx-<version>, from their
+#     wheels), span preloaded: the GPU tests' compact cases (cudaMalloc and
+#     16 VMM handles at odd offsets, a PyTorch expandable tensor's second
+#     half), GPU 0->0 and, on two GPUs, 0->1, bytes and the RMA lane
+#     checked. Not run by default: the GPU test built against UCX 1.22's
+#     headers cannot map device memory in 1.21 or 1.18, span or not
+#     (ucp_mem_map: "failed to insert region [0x0..0x0]", native alike, on
+#     2 H200s): it needs a build against each release's own headers;
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
 #     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, docs/rocm.md); skipped elsewhere.
 # Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
-# (default 1234U56789PNFMCR)
+# (default 1234U56789PNFMCR; V only when named)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
@@ -138,6 +146,20 @@ if [[ $part1 == *nowiden* ]]; then
     gpu_test $tmp/span_gpu_test_nowiden.log UCX_SPAN_VMM_WIDEN=0 GTEST_FILTER='*vmm_16*:*torch*'
 fi
 fi
+
+part V && {
+    echo
+    echo "## V. UCX releases before 1.22, span preloaded"
+    for dir in "$gpu"/ucx-*; do
+        [ -d "$dir/lib" ] || continue
+        echo "### UCX ${dir##*/ucx-}"
+        LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+            gpu_test "$tmp/span_gpu_test_${dir##*/}.log" \
+            LD_PRELOAD="$gpu/span/libuct_span.so.0" \
+            GTEST_FILTER='*malloc_sub_odd*:*vmm_16_sub_odd*:*torch_second_half*'
+        rc=$((rc | $?))
+    done
+}
 
 part 7 && {
 echo

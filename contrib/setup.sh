@@ -58,20 +58,21 @@ echo "setup: UCX $ucx_wheel_version in $ucx_prefix"
 ucx_releases=${SPAN_UCX_RELEASES-1.18.1 1.19.0 1.20.1 1.21.0}
 for v in $ucx_releases; do
     prefix="$deps/ucx-$v"
-    [ -f "$prefix/.wheel-$v" ] && continue
+    [ -f "$prefix/.wheel-$v.2" ] && continue
     echo "setup: fetching libucx-cu12==$v into $prefix"
     rm -rf "$deps/wheel-$v" "$prefix"
     mkdir -p "$deps/wheel-$v"
     python3 -m pip download -q --no-deps --only-binary=:all: \
         -d "$deps/wheel-$v" "libucx-cu12==$v"
+    # libucx_cu12.libs: the CUDA runtime its cuda modules link ($ORIGIN)
     unzip -q -o "$deps"/wheel-"$v"/libucx_cu12-*.whl 'libucx/*' \
-        -d "$deps/wheel-$v/x"
+        'libucx_cu12.libs/*' -d "$deps/wheel-$v/x"
     mv "$deps/wheel-$v/x" "$prefix"
     rm -rf "$deps/wheel-$v"
     find "$prefix" -name '*.la' -o -name '*.a' | xargs rm -f
     ln -sfn libucx/lib "$prefix/lib"
     ln -sfn libucx/bin "$prefix/bin"
-    touch "$prefix/.wheel-$v"
+    touch "$prefix/.wheel-$v.2"
 done
 echo "setup: UCX releases ${ucx_releases:-none} in $deps/ucx-<version>"
 

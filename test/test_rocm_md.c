@@ -22,6 +22,12 @@ static uct_component_t test_rocm_component = {
     .name = SPAN_ROCM_IPC_COMPONENT
 };
 
+/* The UCX layout span_ucx.c selects at load, which this test does not
+ * load: the calls of 1.19 and later (the build's UCX) */
+static const span_ucx_layout_t test_rocm_ucx_layout = {.major = 1,
+                                                       .minor = 22};
+const span_ucx_layout_t *span_ucx = &test_rocm_ucx_layout;
+
 /* No handle of the inner MD's own here (span_md_inner.c needs UCX's
  * internals, which this test does not load) */
 ucs_status_t span_md_inner_find(span_md_inner_t *wrap, uct_mem_h memh,

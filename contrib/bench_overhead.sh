@@ -11,7 +11,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-ucx=${SPAN_UCX_PREFIX:-$top/.deps/ucx}
+ucx=${SPAN_UCX_PREFIX:-$top/.span-deps/ucx}
 export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/uct/.libs}
 export UCX_WARN_UNUSED_ENV_VARS=n

@@ -8,7 +8,7 @@
 #   ./contrib/bench_perftest_uct.sh [RUNS [TRANSPORTS [MEMTYPE]]]
 # TRANSPORTS: comma-separated native names (default cma,posix,sysv,self);
 # MEMTYPE: host (default) or cuda (ucx_perftest -m cuda, e.g. cuda_ipc).
-# Environment: SPAN_UCX_PREFIX (default .deps/ucx), UCX_MODULE_DIR,
+# Environment: SPAN_UCX_PREFIX (default .span-deps/ucx), UCX_MODULE_DIR,
 # SPAN_PERFTEST_BW_SIZE and _ITERS (bandwidth message size and count),
 # SPAN_PERFTEST_DEV (the device, with MEMTYPE cuda; default cuda).
 # With SPAN_PERFTEST_CHECK=1 it runs each cell once, briefly, and exits
@@ -19,7 +19,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
 tls=${2:-cma,posix,sysv,self}
 memtype=${3:-host}
-ucx=${SPAN_UCX_PREFIX:-$top/.deps/ucx}
+ucx=${SPAN_UCX_PREFIX:-$top/.span-deps/ucx}
 export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/uct/.libs}
 export UCX_WARN_UNUSED_ENV_VARS=n

@@ -5,7 +5,7 @@
 # 10^8 executions by default, no time limit unless SECONDS is given; the
 # executions reached are the stat::number_of_executed_units line. The corpus
 # is kept between runs in SPAN_FUZZ_CORPUS (default: under TMPDIR, outside
-# the source tree and the shared UCX prefix .deps).
+# the source tree and the shared UCX prefix .span-deps).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 corpus=${SPAN_FUZZ_CORPUS:-${TMPDIR:-/tmp}/span-fuzz-rkey-long-corpus}

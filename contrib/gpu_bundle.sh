@@ -7,7 +7,7 @@
 # There: contrib/gpu_suite.sh
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-ucx=$top/.deps/ucx
+ucx=$top/.span-deps/ucx
 out=$top/.gpu
 rm -rf "$out"
 mkdir -p "$out/ucx/lib/ucx" "$out/ucx/bin" "$out/span" "$out/bin"
@@ -28,7 +28,7 @@ for prog in test/span_gpu_test test/span_gpu_rocm_test span-check \
 done
 # NIXL's UCX 1.23 (what contrib/setup.sh unpacked): its four libraries and
 # the modules the GPU tests use, and the tests linked against it
-nixl=$top/.deps/nixl/lib
+nixl=$top/.span-deps/nixl/lib
 if [ -x "$top/test/nixl/span_gpu_test" ] && [ -d "$nixl" ]; then
     mkdir -p "$out/nixl/lib/ucx" "$out/nixl/bin"
     cp "$nixl"/libuc[pstm]-*.so.* "$out/nixl/lib/"
@@ -42,7 +42,7 @@ fi
 # UCX releases before 1.22 from their wheels (contrib/setup.sh), for part V:
 # their four libraries and the modules the GPU tests use, as shipped
 for v in ${SPAN_GPU_RELEASES-1.18.1 1.21.0}; do
-    rel=$top/.deps/ucx-$v/libucx/lib
+    rel=$top/.span-deps/ucx-$v/libucx/lib
     [ -d "$rel" ] || continue
     mkdir -p "$out/ucx-$v/lib/ucx"
     for lib in ucp uct ucs ucm; do

@@ -22,7 +22,7 @@ cd "$dir"
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=$san"
 gcc -O2 -fPIC -c "$top/contrib/sanitize_shim.c" -o sanitize_shim.o
 ./autogen.sh >/dev/null
-./configure -q --with-ucx="$top/.deps/ucx" CFLAGS="$flags" \
+./configure -q --with-ucx="$top/.span-deps/ucx" CFLAGS="$flags" \
     CXXFLAGS="$flags" LDFLAGS="-fsanitize=$san" LIBS="$dir/sanitize_shim.o"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

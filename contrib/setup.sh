@@ -2,11 +2,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Installs what building and testing ucx-span needs on Debian 12, idempotently:
 # build packages from Debian and UCX 1.22.0 from the PyPI wheel libucx-cu13,
-# unpacked into a project-local prefix (.deps/), never system-wide.
+# unpacked into a project-local prefix (.span-deps/), never system-wide.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-deps="$top/.deps"
+deps="$top/.span-deps"
 ucx_wheel_version=${SPAN_UCX_WHEEL_VERSION:-1.22.0}
 
 # openmpi-bin, libopenmpi-dev: the Open MPI leg of make check (test/mpi),
@@ -53,7 +53,7 @@ echo "setup: UCX $ucx_wheel_version in $ucx_prefix"
 
 # The UCX releases before 1.22 that span supports, each from its PyPI wheel
 # (libucx-cu12, which carries ucx_info and ucx_perftest), unpacked as the
-# 1.22 one into .deps/ucx-<version>: the releases leg of make check
+# 1.22 one into .span-deps/ucx-<version>: the releases leg of make check
 # (test/releases/run.sh) runs span in each. Failing to get one fails setup.
 ucx_releases=${SPAN_UCX_RELEASES-1.18.1 1.19.0 1.20.1 1.21.0}
 for v in $ucx_releases; do
@@ -114,7 +114,7 @@ echo "setup: NIXL's UCX in $nixl_prefix/lib"
 
 # NIXL's python package (for contrib/nixl_check.py, the nixl_client test)
 # and numpy, for this machine's python3, in a project-local directory:
-# PYTHONPATH=.deps/nixl/py. nixl_ep (about 95 MB of PyTorch extensions) and
+# PYTHONPATH=.span-deps/nixl/py. nixl_ep (about 95 MB of PyTorch extensions) and
 # the wheel's headers are not needed and are dropped.
 pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 nixl_py="$nixl_prefix/py"
@@ -133,7 +133,7 @@ fi
 echo "setup: NIXL's python package in $nixl_py"
 
 # The verbs VM (contrib/verbs_vm.sh): qemu and busybox from Debian, the
-# kernel package downloaded and unpacked into .deps/vm, never installed;
+# kernel package downloaded and unpacked into .span-deps/vm, never installed;
 # patchelf for the VM leg of make check (test/vm/run.sh).
 # SPAN_SETUP_VM=no leaves it out; make check then reports the VM leg skipped.
 if [ "${SPAN_SETUP_VM:-yes}" != no ]; then

@@ -3,14 +3,14 @@
 # A real verbs device where the host has none: boots Debian's kernel under
 # qemu (TCG), brings up soft-RoCE (rxe0 over virtio-net) and runs commands in
 # a chroot of the host's / shared read-only through 9p, so host binaries, the
-# checkout and .deps run unchanged at their own paths.
+# checkout and .span-deps run unchanged at their own paths.
 #
 #   contrib/verbs_vm.sh prepare          # download the kernel, build the initramfs
 #   contrib/verbs_vm.sh run 'cmd' ...    # each cmd in bash, in the current dir
 #   contrib/verbs_vm.sh cluster 'server cmd' 'cmd' ...
 #                                        # two VMs, two hosts as UCX sees them
 #
-# Everything is cached under .deps/vm/ (contrib/setup.sh runs prepare); the
+# Everything is cached under .span-deps/vm/ (contrib/setup.sh runs prepare); the
 # kernel package is downloaded and unpacked, never installed. `run` prints
 # each command's output and exit status and exits with the first non-zero
 # one; 77 where qemu or the prepared VM is missing (the reason on stderr).
@@ -35,7 +35,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$PATH:/usr/sbin:/sbin" # modprobe, depmod
-vmdir=${VERBS_VM_DIR:-$top/.deps/vm}
+vmdir=${VERBS_VM_DIR:-$top/.span-deps/vm}
 qemu=${VERBS_VM_QEMU:-qemu-system-x86_64}
 # what the guest needs beyond the kernel: virtio-net and 9p to reach the
 # host, rxe (soft-RoCE, which asks the crypto API for crc32) and ib_uverbs

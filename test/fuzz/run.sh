@@ -11,8 +11,8 @@ set -euo pipefail
 
 seconds=${1:-20}
 top=${SPAN_TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-cppflags=${SPAN_UCX_CPPFLAGS:--I$top/.deps/ucx/include}
-libdir=${SPAN_UCX_LIBDIR:-$top/.deps/ucx/lib}
+cppflags=${SPAN_UCX_CPPFLAGS:--I$top/.span-deps/ucx/include}
+libdir=${SPAN_UCX_LIBDIR:-$top/.span-deps/ucx/lib}
 corpus=${2:-${TMPDIR:-/tmp}/span-fuzz-rkey-corpus}
 runs=${3:--1}
 out=${TMPDIR:-/tmp}/span-fuzz-rkey.$$

@@ -17,13 +17,13 @@
 # Exits 77, with the reason, where Open MPI or its UCX components are
 # missing.
 #   SPAN_BUILDDIR     build tree (default: the source tree)
-#   SPAN_UCX_LIBDIR   the UCX to run on (default: .deps/ucx/lib)
+#   SPAN_UCX_LIBDIR   the UCX to run on (default: .span-deps/ucx/lib)
 #   SPAN_MPI_KEEP=1   keep the output directory
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
-libdir=${SPAN_UCX_LIBDIR:-$top/.deps/ucx/lib}
+libdir=${SPAN_UCX_LIBDIR:-$top/.span-deps/ucx/lib}
 start=$SECONDS
 
 skip() { echo "mpi leg skipped: $*"; exit 77; }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The releases leg: span in every UCX release before 1.22 that it supports,
-# each from the PyPI wheel contrib/setup.sh unpacked into .deps/ucx-<v>,
+# each from the PyPI wheel contrib/setup.sh unpacked into .span-deps/ucx-<v>,
 # loaded the way those releases allow (LD_PRELOAD: they load no module by
 # name): ucx_info -d lists the twins; span-check's scenarios (whole and
 # odd-offset sub-ranges, chunked with a small UCX_SPAN_MAX_CHUNK, an access
@@ -29,7 +29,7 @@ run() {
     local v=$1 name=$2
     shift 2
     (cd "$build/test" &&
-     env LD_LIBRARY_PATH="$top/.deps/ucx-$v/lib" UCX_WARN_UNUSED_ENV_VARS=n \
+     env LD_LIBRARY_PATH="$top/.span-deps/ucx-$v/lib" UCX_WARN_UNUSED_ENV_VARS=n \
          timeout 300 "$@") >"$log/$v-$name.log" 2>&1
     local rc=$?
     local passed
@@ -54,7 +54,7 @@ ln -s "$build/src/uct/.libs" "$pkg/ucx_span/lib"
 python_rows() {
     local order out=
     for order in span-first ucx-first; do
-        if (env PYTHONPATH="$pkg:$top/.deps/ucx-$1" UCX_WARN_UNUSED_ENV_VARS=n \
+        if (env PYTHONPATH="$pkg:$top/.span-deps/ucx-$1" UCX_WARN_UNUSED_ENV_VARS=n \
                 timeout 60 python3 "$top/test/releases/enable.py" "$order") \
                 >"$log/$1-python-$order.log" 2>&1; then
             out="$out$order ok, "
@@ -68,7 +68,7 @@ python_rows() {
 printf '| UCX | twins listed | span-check | uct | ucp | version | python enable() |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for v in $releases; do
-    prefix=$top/.deps/ucx-$v
+    prefix=$top/.span-deps/ucx-$v
     if [ ! -x "$prefix/bin/ucx_info" ]; then
         printf '| %s | no wheel in %s (contrib/setup.sh) | | | | |\n' \
                "$v" "$prefix"

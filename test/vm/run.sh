@@ -5,12 +5,12 @@
 # verbs transports). Exits 77, with the reason, where the VM, NIXL's UCX or
 # the test program is missing.
 #   SPAN_BUILDDIR         build tree (default: the source tree)
-#   SPAN_NIXL_UCX_LIBDIR  NIXL's UCX libraries (default: .deps/nixl/lib)
+#   SPAN_NIXL_UCX_LIBDIR  NIXL's UCX libraries (default: .span-deps/nixl/lib)
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
-nixl=${SPAN_NIXL_UCX_LIBDIR:-$top/.deps/nixl/lib}
+nixl=${SPAN_NIXL_UCX_LIBDIR:-$top/.span-deps/nixl/lib}
 
 [ -x "$build/test/vm/span_vm_test" ] || {
     echo "vm leg skipped: test/vm/span_vm_test not built: configure found no NIXL UCX (contrib/setup.sh)"

@@ -9,12 +9,12 @@
 # and nixl_check.py's CPU mode across the nodes. Exits 77, with the reason,
 # where the VM, NIXL's UCX or the test program is missing.
 #   SPAN_BUILDDIR         build tree (default: the source tree)
-#   SPAN_NIXL_UCX_LIBDIR  NIXL's UCX libraries (default: .deps/nixl/lib)
+#   SPAN_NIXL_UCX_LIBDIR  NIXL's UCX libraries (default: .span-deps/nixl/lib)
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
-nixl=${SPAN_NIXL_UCX_LIBDIR:-$top/.deps/nixl/lib}
+nixl=${SPAN_NIXL_UCX_LIBDIR:-$top/.span-deps/nixl/lib}
 
 [ -x "$build/test/vm/span_two_node_test" ] || {
     echo "two-node leg skipped: test/vm/span_two_node_test not built: configure found no NIXL UCX (contrib/setup.sh)"
@@ -34,7 +34,7 @@ commands=(
 )
 # NIXL as the client, where its python package imports here
 py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) || true
-pypath="PYTHONPATH=$top/.deps/nixl/py"
+pypath="PYTHONPATH=$top/.span-deps/nixl/py"
 if [ -n "$py" ] && env "$pypath" "$py" -c 'import nixl_cu13' 2>/dev/null; then
     server="$server
 $env $pypath $py $top/contrib/nixl_check.py --serve \$VERBS_VM_ADDR:7301 2>&1 | $quiet &"
@@ -42,7 +42,7 @@ $env $pypath $py $top/contrib/nixl_check.py --serve \$VERBS_VM_ADDR:7301 2>&1 | 
         --connect \$VERBS_VM_PEER:7301 --runs 1 --mib 8 \
         --tls rc_verbs,ud_verbs rc_verbs+,ud_verbs+ 2>&1 | $quiet")
 else
-    echo "two-node leg: no nixl_check.py: NIXL's python package does not import (contrib/setup.sh installs it into .deps/nixl/py)"
+    echo "two-node leg: no nixl_check.py: NIXL's python package does not import (contrib/setup.sh installs it into .span-deps/nixl/py)"
 fi
 server="$server
 wait"

@@ -13,14 +13,14 @@
 #       contrib/nixl_example.py, the example of docs/nixl.md, as a user runs it;
 # span loaded by libucx's own Python loader after ucx_span.enable(), and
 # enable() after either UCX made a context registering span, with a warning.
-# PyPI's wheels are downloaded once into SPAN_WHEELHOUSE (.deps/wheelhouse)
+# PyPI's wheels are downloaded once into SPAN_WHEELHOUSE (.span-deps/wheelhouse)
 # and installed from there. Exits 77, with the reason, where no venv can be
 # made or the wheels cannot be downloaded.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 python=${SPAN_PYTHON:-python3}
-wheelhouse=${SPAN_WHEELHOUSE:-$top/.deps/wheelhouse}
+wheelhouse=${SPAN_WHEELHOUSE:-$top/.span-deps/wheelhouse}
 pins=(libucx-cu13==1.22.0 nixl-cu13==1.5.1 numpy==2.2.6)
 # what pip installs into the wheel's build environment besides libucx-cu13
 # (contrib/wheel/span_wheel_backend.py), and the checker

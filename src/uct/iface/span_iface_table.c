@@ -11,6 +11,13 @@
  * and probes stay short. The first open allocates the table and the last
  * close frees it (no iface, no reader), which also clears the tombstones.
  * Writers hold the lock; readers take none.
+ *
+ * Why a table, and ops patched in place: a twin iface is the inner
+ * transport's own object (its ep, iface and AM paths stay the inner ones,
+ * unwrapped), so a twin op knows only the ep, whose iface pointer is the
+ * key; the twin state is found here in one compare. Its size bounds the
+ * twin ifaces a process may have open at once (SPAN_IFACE_MAX, 1024): an
+ * open past it fails with UCS_ERR_EXCEEDS_LIMIT and a log line.
  */
 #include "span_iface_table.h"
 #include "base/span_fork.h"

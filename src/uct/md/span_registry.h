@@ -22,6 +22,12 @@
  * refused, not a crash), while no new request can match it. Sharing is
  * only sound while memory events are seen (span_ucm.h); a twin MD that
  * could not subscribe registers every request anew.
+ *
+ * Why not UCX's ucs_rcache: it merges and widens regions, and the range
+ * of a registration is what its key carries and every peer op is checked
+ * against, so a widened hit would let a peer reach what was never
+ * registered; and device units are hit by their buffer id, with one driver
+ * call, which also tells memory allocated again at an old address apart.
  */
 #ifndef SPAN_REGISTRY_H_
 #define SPAN_REGISTRY_H_

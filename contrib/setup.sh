@@ -10,11 +10,12 @@ deps="$top/.span-deps"
 ucx_wheel_version=${SPAN_UCX_WHEEL_VERSION:-1.22.0}
 
 # openmpi-bin, libopenmpi-dev: the Open MPI leg of make check (test/mpi),
-# Open MPI 4.1 whose pml and osc ucx run on the UCX 1.22 below
+# Open MPI 4.1 whose pml and osc ucx run on the UCX 1.22 below; patchelf:
+# make install takes the checkout's run path off span-check
 debian_pkgs=(autoconf automake libtool pkg-config make gcc g++ cmake
              libgtest-dev libibverbs-dev valgrind python3-pip python3-venv
              unzip clang libclang-rt-14-dev libhsa-runtime-dev libamdhip64-dev
-             openmpi-bin libopenmpi-dev)
+             openmpi-bin libopenmpi-dev patchelf)
 
 missing=()
 for p in "${debian_pkgs[@]}"; do

@@ -24,6 +24,8 @@ gcc -O2 -fPIC -c "$top/contrib/sanitize_shim.c" -o sanitize_shim.o
 ./autogen.sh >/dev/null
 ./configure -q --with-ucx="$top/.span-deps/ucx" CFLAGS="$flags" \
     CXXFLAGS="$flags" LDFLAGS="-fsanitize=$san" LIBS="$dir/sanitize_shim.o"
+# the legs that need the checkout's dependency folder (releases) find it
+export SPAN_DEPS=$top/.span-deps
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"

@@ -14,6 +14,17 @@
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
+# the dependency folder contrib/setup.sh made (a sanitizer's copy of the
+# tree has none: contrib/sanitize.sh names the checkout's)
+deps=${SPAN_DEPS:-$top/.span-deps}
+plugin=$build/src/uct/.libs/libuct_span.so
+# A sanitizer's runtime, where the plugin was built with one, must come
+# first in programs that were not (ucx_info, python); their own leaks are
+# not the plugin's
+sanitizer=$(ldd "$plugin" | awk '/lib(a|t)san\.so/ {print $3; exit}')
+if [ -n "$sanitizer" ]; then
+    export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+fi
 releases=${SPAN_UCX_RELEASES-1.18.1 1.19.0 1.20.1 1.21.0}
 log=${SPAN_RELEASES_LOG:-$build/test/releases}
 mkdir -p "$log"
@@ -29,7 +40,7 @@ run() {
     local v=$1 name=$2
     shift 2
     (cd "$build/test" &&
-     env LD_LIBRARY_PATH="$top/.span-deps/ucx-$v/lib" UCX_WARN_UNUSED_ENV_VARS=n \
+     env LD_LIBRARY_PATH="$deps/ucx-$v/lib" UCX_WARN_UNUSED_ENV_VARS=n \
          timeout 300 "$@") >"$log/$v-$name.log" 2>&1
     local rc=$?
     local passed
@@ -54,7 +65,8 @@ ln -s "$build/src/uct/.libs" "$pkg/ucx_span/lib"
 python_rows() {
     local order out=
     for order in span-first ucx-first; do
-        if (env PYTHONPATH="$pkg:$top/.span-deps/ucx-$1" UCX_WARN_UNUSED_ENV_VARS=n \
+        if (env PYTHONPATH="$pkg:$deps/ucx-$1" UCX_WARN_UNUSED_ENV_VARS=n \
+                ${sanitizer:+LD_PRELOAD=$sanitizer} \
                 timeout 60 python3 "$top/test/releases/enable.py" "$order") \
                 >"$log/$1-python-$order.log" 2>&1; then
             out="$out$order ok, "
@@ -68,7 +80,7 @@ python_rows() {
 printf '| UCX | twins listed | span-check | uct | ucp | version | python enable() |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for v in $releases; do
-    prefix=$top/.span-deps/ucx-$v
+    prefix=$deps/ucx-$v
     if [ ! -x "$prefix/bin/ucx_info" ]; then
         printf '| %s | no wheel in %s (contrib/setup.sh) | | | | |\n' \
                "$v" "$prefix"
@@ -83,7 +95,7 @@ for v in $releases; do
     case $v in
     1.18.*) ucp_filter='-*out_of_bounds*:*past_the*' ;;
     esac
-    span="LD_PRELOAD=$build/src/uct/.libs/libuct_span.so"
+    span="LD_PRELOAD=${sanitizer:+$sanitizer:}$plugin"
     twins=$(env LD_LIBRARY_PATH="$prefix/lib" "$span" \
                 UCX_WARN_UNUSED_ENV_VARS=n "$prefix/bin/ucx_info" -d |
             grep -oE 'Transport: [a-z_0-9]+\+' | sort -u |
@@ -105,7 +117,7 @@ for v in $releases; do
               UCX_MODULE_DIR="$build/test/modules/.libs" \
               ./span_ucp_test --gtest_filter="$ucp_filter") || failed=1
     version=$(run "$v" version \
-                  env LD_PRELOAD="$build/test/mismatch/.libs/libuct_span.so" \
+                  env LD_PRELOAD="${sanitizer:+$sanitizer:}$build/test/mismatch/.libs/libuct_span.so" \
                   ./span_version_test) || failed=1
     python=$(python_rows "$v")
     case $python in *FAILED*) failed=1 ;; esac

@@ -149,8 +149,9 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
  * the fast version calls the uniform op (the inner op, with no lookup
  * where every twin that has the op has the same one) with no stack frame
  * of its own; every other case takes the slow version, which checks chunks
- * (or an op with no key: span_ep_no_rkey) and finds the iface in the table. The arguments after _params name the
- * inner op's, with key for the rkey.
+ * (or an op with no key: span_ep_no_rkey) and finds the iface in the
+ * table. The arguments after _params name the inner op's, with key for the
+ * rkey.
  */
 #define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
     static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \

@@ -98,8 +98,8 @@ static ucs_status_t span_md_chunks_dereg(span_md_t *smd, span_memh_t *memh,
 }
 
 /* What a request registers: its own range, or for device memory the whole
- * physical units under it (docs/design.md §1.2: an inner transport never sees an
- * interior pointer, and every buffer inside a unit shares its
+ * physical units under it (docs/design.md §1.2: an inner transport never
+ * sees an interior pointer, and every buffer inside a unit shares its
  * registration) */
 typedef struct span_md_extent {
     uint64_t base;

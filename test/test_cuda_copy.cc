@@ -5,7 +5,12 @@
  * a flush completes behind the last copy; the engine copies in the context
  * of the local buffer's device, with events of that context (the fake
  * driver refuses others, as the real one does), and leaves no stream,
- * event or context behind.
+ * event or context behind. Batches: the ops that follow the first one
+ * since a progress are gathered and go in one launch of the copy kernel
+ * (its pieces copied by the fake device when it runs the launch), at the
+ * next progress or flush or once full, each op completed once, in order;
+ * where the launch fails they go one by one and only an op whose copy is
+ * refused fails.
  */
 #ifdef HAVE_CONFIG_H
 #  include "config.h"
@@ -17,6 +22,7 @@
 #if HAVE_CUDA
 extern "C" {
 #include "resolvers/span_cuda_copy.h"
+#include "resolvers/span_cuda_kernel.h"
 #include "resolvers/span_vendor.h"
 #include "resolvers/span_vmm_copy.h"
 #include "resolvers/span_libcuda.h"
@@ -34,21 +40,26 @@ struct fake_event {
     CUcontext ctx; /* current at its creation */
 };
 
-struct fake_op { /* a copy or an event record, in stream order */
+struct fake_op { /* a copy, a launch or an event record, in stream order */
     CUstream    stream;
     void        *dst;
     const void  *src;
     size_t      length;
     fake_event  *event; /* non-NULL: a record */
+    std::vector<span_cuda_kernel_piece_t> pieces; /* a launch's */
 };
 
 /* The scripted driver: a stream runs only when the test says so */
 struct fake_driver {
     std::deque<fake_op>          ops;
-    std::map<uintptr_t, int>     device_of; /* local buffers on a device */
+    std::map<uintptr_t, int>     device_of; /* local buffers on a device,
+                                               of 1 MiB */
     int                          streams = 0, events = 0, retained = 0;
     int                          pushes = 0, set_access = 0;
     int                          fail_copy_at = -1, copies = 0;
+    int                          modules = 0, loads = 0, launches = 0;
+    bool                         fail_load = false, fail_launch = false;
+    std::vector<size_t>          launch_pieces; /* of each launch */
     CUcontext                    current = NULL;
     std::vector<CUcontext>       stack;
     std::vector<int>             access_devices;
@@ -63,9 +74,11 @@ CUcontext fake_ctx(int device)
 CUresult fake_pointer_attr(void *data, CUpointer_attribute attr,
                            CUdeviceptr ptr)
 {
-    auto it = drv.device_of.find((uintptr_t)ptr);
+    /* a buffer of a device: its first MiB is the device's too */
+    auto it = drv.device_of.upper_bound((uintptr_t)ptr);
     if ((attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) ||
-        (it == drv.device_of.end())) {
+        (it == drv.device_of.begin()) ||
+        ((uintptr_t)ptr - (--it)->first >= (1u << 20))) {
         return CUDA_ERROR_INVALID_VALUE; /* host memory */
     }
     *(int*)data = it->second;
@@ -154,7 +167,65 @@ CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t length,
     }
     EXPECT_EQ((CUstream)drv.current, stream);
     drv.copy_devices.push_back((int)((uintptr_t)stream - 0x1000));
-    drv.ops.push_back({stream, (void*)dst, (const void*)src, length, NULL});
+    drv.ops.push_back({stream, (void*)dst, (const void*)src, length, NULL,
+                       {}});
+    return CUDA_SUCCESS;
+}
+
+/* The fake module is the address of the kernel's image: a context loads
+ * the image span embeds */
+CUresult fake_module_load(CUmodule *module, const void *image)
+{
+    ++drv.loads;
+    if (drv.fail_load || (drv.current == NULL)) {
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    EXPECT_EQ((const void*)span_cuda_kernel_image, image);
+    *module = (CUmodule)drv.current;
+    ++drv.modules;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_module_function(CUfunction *func, CUmodule module,
+                              const char *name)
+{
+    EXPECT_STREQ(SPAN_CUDA_KERNEL_NAME, name);
+    *func = (CUfunction)module;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_module_unload(CUmodule module)
+{
+    EXPECT_EQ((CUcontext)module, drv.current);
+    --drv.modules;
+    return CUDA_SUCCESS;
+}
+
+/* A launch of the kernel of the stream's context, one block per piece */
+CUresult fake_launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                     CUstream stream, void **params, void **extra)
+{
+    const span_cuda_kernel_args_t *args =
+            (const span_cuda_kernel_args_t*)params[0];
+
+    if (drv.fail_launch) {
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    }
+    EXPECT_EQ((CUstream)drv.current, stream);
+    EXPECT_EQ((CUfunction)drv.current, func);
+    EXPECT_EQ(args->count, (uint64_t)gx);
+    EXPECT_EQ(1u, gy * gz * by * bz);
+    EXPECT_EQ((unsigned)SPAN_CUDA_KERNEL_THREADS, bx);
+    EXPECT_EQ(NULL, extra);
+    ++drv.launches;
+    drv.launch_pieces.push_back(gx);
+    fake_op op = {stream, NULL, NULL, 0, NULL, {}};
+    op.pieces.assign(args->piece, args->piece + gx);
+    for (const auto &p : op.pieces) {
+        EXPECT_LE(p.length, (uint64_t)SPAN_CUDA_KERNEL_SEGMENT);
+    }
+    drv.ops.push_back(op);
     return CUDA_SUCCESS;
 }
 
@@ -165,7 +236,7 @@ CUresult fake_event_record(CUevent event, CUstream stream)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     ((fake_event*)event)->pending = true;
-    drv.ops.push_back({stream, NULL, NULL, 0, (fake_event*)event});
+    drv.ops.push_back({stream, NULL, NULL, 0, (fake_event*)event, {}});
     return CUDA_SUCCESS;
 }
 
@@ -183,6 +254,10 @@ void fake_run(int n = -1)
         drv.ops.pop_front();
         if (op.event != NULL) {
             op.event->pending = false;
+        } else if (!op.pieces.empty()) {
+            for (const auto &p : op.pieces) {
+                memcpy((void*)p.dst, (const void*)p.src, p.length);
+            }
         } else {
             memcpy(op.dst, op.src, op.length);
         }
@@ -263,9 +338,13 @@ protected:
         span_libcuda.cuEventSynchronize        = fake_event_sync;
         span_libcuda.cuMemcpyAsync             = fake_memcpy;
         span_libcuda.cuMemSetAccess            = fake_set_access;
+        span_libcuda.cuModuleLoadData          = fake_module_load;
+        span_libcuda.cuModuleGetFunction       = fake_module_function;
+        span_libcuda.cuModuleUnload            = fake_module_unload;
+        span_libcuda.cuLaunchKernel            = fake_launch;
 
-        m_remote.assign(4096, 0);
-        m_local.resize(4096);
+        m_remote.assign(m_size, 0);
+        m_local.resize(m_size);
         for (size_t i = 0; i < m_local.size(); ++i) {
             m_local[i] = (uint8_t)(i * 7 + 1);
         }
@@ -277,7 +356,8 @@ protected:
         m_map.pid     = 1;
         ASSERT_EQ(&span_cuda_copy_ops,
                   span_vendor_vmm_copy(UCS_MEMORY_TYPE_CUDA));
-        ASSERT_EQ(UCS_OK, span_vmm_copy_create(&span_cuda_copy_ops, &m_copy));
+        ASSERT_EQ(UCS_OK, span_vmm_copy_create(&span_cuda_copy_ops, &m_params,
+                                               &m_copy));
     }
 
     void TearDown() override
@@ -288,6 +368,7 @@ protected:
         EXPECT_EQ(0, drv.streams);
         EXPECT_EQ(0, drv.events);
         EXPECT_EQ(0, drv.retained);
+        EXPECT_EQ(0, drv.modules);
         span_libcuda = m_saved;
     }
 
@@ -306,8 +387,11 @@ protected:
         c->calls  = 0;
     }
 
-    span_libcuda_t       m_saved;
-    span_vmm_copy_t      *m_copy = NULL;
+    span_libcuda_t         m_saved;
+    /* each op alone, as before batches: the batch tests set their own */
+    span_vmm_copy_params_t m_params = {0, 0};
+    size_t                 m_size   = 4096;
+    span_vmm_copy_t        *m_copy  = NULL;
     span_vmm_map_t       m_map   = {};
     std::vector<uint8_t> m_local, m_remote;
 };
@@ -545,6 +629,282 @@ TEST_F(cuda_copy, nothing_to_move_completes_at_once)
     EXPECT_EQ(0, a.calls);
     EXPECT_EQ(0, drv.streams);
 }
+
+#if HAVE_CUDA_KERNEL
+/* The engine of an iface with batches of at most 4 ops; pieces of up to
+ * 128 KiB go through the kernel */
+class cuda_copy_batch : public cuda_copy {
+protected:
+    cuda_copy_batch()
+    {
+        m_params = {4, 128 * 1024};
+        m_size   = 1024 * 1024;
+    }
+
+    /* completions record the order they came in */
+    struct ordered_comp {
+        uct_completion_t super;
+        int              id;
+    };
+
+    static void ordered_cb(uct_completion_t *self)
+    {
+        auto *c = ucs_container_of(self, ordered_comp, super);
+        s_order.push_back({c->id, self->status});
+    }
+
+    void init(ordered_comp *c, int id)
+    {
+        c->super = {ordered_cb, 1, UCS_OK};
+        c->id    = id;
+    }
+
+    void SetUp() override
+    {
+        s_order.clear();
+        cuda_copy::SetUp();
+    }
+
+    static std::vector<std::pair<int, ucs_status_t>> s_order;
+};
+
+std::vector<std::pair<int, ucs_status_t>> cuda_copy_batch::s_order;
+
+TEST_F(cuda_copy_batch, ops_after_the_first_go_in_one_launch_at_progress)
+{
+    ordered_comp c[4];
+
+    for (int i = 0; i < 4; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 1000, 100 + i, &c[i].super));
+    }
+    /* the first went alone, at once; the others wait for the progress */
+    EXPECT_EQ(1, drv.copies);
+    EXPECT_EQ(0, drv.launches);
+    EXPECT_EQ(2u, drv.ops.size()); /* its copy and its event */
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(1, drv.launches);
+    EXPECT_EQ(3u, drv.launch_pieces[0]);
+    EXPECT_TRUE(s_order.empty());
+    fake_run(2); /* the first op's copy and event only */
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy));
+    fake_run();
+    EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(4u, s_order.size());
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(i, s_order[i].first);
+        EXPECT_EQ(UCS_OK, s_order[i].second);
+        EXPECT_EQ(0, memcmp(&m_local[i * 1000], &m_remote[i * 1000],
+                            100 + i)) << "op " << i;
+        EXPECT_EQ(0, m_remote[i * 1000 + 100 + i]) << "op " << i;
+    }
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(1, drv.modules); /* kept for the next batch */
+    EXPECT_EQ(1, drv.loads);
+}
+
+TEST_F(cuda_copy_batch, one_op_between_progresses_is_copied_alone)
+{
+    ordered_comp c;
+
+    for (int i = 0; i < 10; ++i) {
+        init(&c, i);
+        ASSERT_EQ(UCS_INPROGRESS, put(0, 4096, &c.super));
+        fake_run();
+        ASSERT_EQ(1u, span_vmm_copy_progress(m_copy));
+    }
+    EXPECT_EQ(10, drv.copies);
+    EXPECT_EQ(0, drv.launches);
+    EXPECT_EQ(0, drv.loads);
+    EXPECT_EQ(1, drv.events);
+}
+
+TEST_F(cuda_copy_batch, a_full_batch_goes_without_waiting_for_progress)
+{
+    ordered_comp c[9];
+
+    for (int i = 0; i < 9; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    /* 1 alone, then two batches of 4 */
+    EXPECT_EQ(2, drv.launches);
+    fake_run();
+    EXPECT_EQ(9u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(9u, s_order.size());
+    for (int i = 0; i < 9; ++i) {
+        EXPECT_EQ(i, s_order[i].first);
+    }
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 9 * 64));
+}
+
+TEST_F(cuda_copy_batch, a_flush_queues_the_gathered_ops_and_waits_for_them)
+{
+    ordered_comp c[3];
+    counted_comp f;
+
+    for (int i = 0; i < 3; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    cuda_copy::init(&f);
+    EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, &f.super));
+    EXPECT_EQ(1, drv.launches);
+    fake_run(3); /* the first op, and the launch without its event */
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(1u, s_order.size());
+    EXPECT_EQ(0, f.calls);
+    fake_run();
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(3u, s_order.size());
+    EXPECT_EQ(1, f.calls);
+}
+
+TEST_F(cuda_copy_batch, large_pieces_take_the_copy_engine_small_ones_are_cut)
+{
+    ordered_comp c[3];
+
+    init(&c[0], 0);
+    init(&c[1], 1);
+    init(&c[2], 2);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c[0].super));
+    /* 128 KiB + 1 byte: beyond the kernel's */
+    ASSERT_EQ(UCS_INPROGRESS, put(4096, 128 * 1024 + 1, &c[1].super));
+    /* 100 KiB: two segments of the kernel */
+    ASSERT_EQ(UCS_INPROGRESS, put(300 * 1024, 100 * 1024, &c[2].super));
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(2, drv.copies); /* the first op, then the large piece */
+    ASSERT_EQ(1, drv.launches);
+    EXPECT_EQ(2u, drv.launch_pieces[0]);
+    fake_run();
+    EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 64));
+    EXPECT_EQ(0, memcmp(&m_local[4096], &m_remote[4096], 128 * 1024 + 1));
+    EXPECT_EQ(0, memcmp(&m_local[300 * 1024], &m_remote[300 * 1024],
+                        100 * 1024));
+    EXPECT_EQ(0, m_remote[400 * 1024]);
+}
+
+TEST_F(cuda_copy_batch, a_failed_launch_queues_the_ops_one_by_one)
+{
+    ordered_comp c[4];
+
+    drv.fail_launch = true;
+    for (int i = 0; i < 4; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    {
+        log_counter log;
+        span_vmm_copy_progress(m_copy);
+        EXPECT_EQ(1u, log_counter::count("cuLaunchKernel("));
+    }
+    EXPECT_EQ(4, drv.copies);
+    fake_run();
+    EXPECT_EQ(4u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(4u, s_order.size());
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(UCS_OK, s_order[i].second);
+    }
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 4 * 64));
+}
+
+TEST_F(cuda_copy_batch, a_refused_piece_fails_only_its_op)
+{
+    ordered_comp c[4];
+
+    drv.fail_launch  = true;
+    drv.fail_copy_at = 2; /* one by one: the second op of the batch */
+    for (int i = 0; i < 4; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    {
+        log_counter log;
+        span_vmm_copy_progress(m_copy);
+    }
+    fake_run();
+    EXPECT_EQ(4u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(4u, s_order.size());
+    EXPECT_EQ(UCS_OK, s_order[0].second);
+    EXPECT_EQ(UCS_OK, s_order[1].second);
+    EXPECT_EQ(UCS_ERR_IO_ERROR, s_order[2].second);
+    EXPECT_EQ(UCS_OK, s_order[3].second);
+    EXPECT_EQ(0, memcmp(&m_local[192], &m_remote[192], 64));
+    EXPECT_EQ(0, m_remote[128]);
+}
+
+TEST_F(cuda_copy_batch, a_device_that_loads_no_kernel_turns_batches_off)
+{
+    ordered_comp c[6];
+
+    drv.fail_load = true;
+    for (int i = 0; i < 3; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(1, drv.loads);
+    for (int i = 3; i < 6; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    EXPECT_EQ(6, drv.copies); /* the last three went alone, at once */
+    EXPECT_EQ(1, drv.loads);
+    fake_run();
+    EXPECT_EQ(6u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 6 * 64));
+}
+
+TEST_F(cuda_copy_batch, another_devices_op_queues_the_batch_first)
+{
+    ordered_comp c[4];
+    static uint8_t other[64];
+
+    init(&c[0], 0);
+    init(&c[1], 1);
+    init(&c[2], 2);
+    init(&c[3], 3);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c[0].super));
+    ASSERT_EQ(UCS_INPROGRESS, put(64, 64, &c[1].super));
+    /* a local buffer of device 1 */
+    memset(other, 0x5a, sizeof(other));
+    drv.device_of[(uintptr_t)other] = 1;
+    uct_iov_t iov = {other, 64, NULL, 64, 1};
+    ASSERT_EQ(UCS_INPROGRESS, span_vmm_copy_post(m_copy, &m_map, 1, &iov, 1,
+                                                 &m_remote[128], &c[2].super));
+    EXPECT_EQ(1, drv.launches); /* device 0's batch went first */
+    ASSERT_EQ(UCS_INPROGRESS, put(192, 64, &c[3].super));
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(3, drv.launches);
+    fake_run();
+    EXPECT_EQ(4u, span_vmm_copy_progress(m_copy));
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(i, s_order[i].first);
+    }
+    EXPECT_EQ(0x5a, m_remote[128]);
+    EXPECT_EQ(2, drv.modules);
+}
+
+TEST_F(cuda_copy_batch, destroy_queues_and_completes_the_gathered_ops)
+{
+    ordered_comp c[3];
+
+    for (int i = 0; i < 3; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    span_vmm_copy_destroy(m_copy);
+    m_copy = NULL;
+    EXPECT_EQ(3u, s_order.size());
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 3 * 64));
+}
+#else
+TEST(cuda_copy_batch, built_without_nvcc)
+{
+    GTEST_SKIP() << "span was built without nvcc: no copy kernel, no batches";
+}
+#endif
 
 } // namespace
 #else

@@ -24,6 +24,9 @@ extern "C" {
 #include "rocm_emu/hsa_emu.h"
 }
 
+/* HSA has no batches: what an iface's engine is given */
+static const span_vmm_copy_params_t span_test_copy_params = {1024, 262144};
+
 #include <cstring>
 #include <vector>
 
@@ -63,7 +66,7 @@ protected:
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, 64));
         ASSERT_EQ(UCS_OK, span_vmm_copy_create(
                                   span_vendor_vmm_copy(UCS_MEMORY_TYPE_ROCM),
-                                  &m_copy));
+                                  &span_test_copy_params, &m_copy));
     }
 
     void TearDown() override

@@ -24,6 +24,9 @@ extern "C" {
 #include "rocm_emu/hsa_emu.h"
 }
 
+/* HSA has no batches: what an iface's engine is given */
+static const span_vmm_copy_params_t span_test_copy_params = {1024, 262144};
+
 #include <cstring>
 #include <unistd.h>
 #include <vector>
@@ -75,7 +78,7 @@ protected:
         ASSERT_EQ(hipSuccess, hipMalloc((void**)&m_local, units * unit));
         ASSERT_EQ(UCS_OK, span_vmm_copy_create(
                                   span_vendor_vmm_copy(UCS_MEMORY_TYPE_ROCM),
-                                  &m_copy));
+                                  &span_test_copy_params, &m_copy));
     }
 
     void TearDown() override
@@ -298,12 +301,13 @@ TEST(rocm_vmm_copy, no_engine_without_its_runtime)
     ASSERT_EQ(0, hsa_emu_fail("hsa_init"));
     EXPECT_EQ(UCS_ERR_NO_DEVICE,
               span_vmm_copy_create(span_vendor_vmm_copy(UCS_MEMORY_TYPE_ROCM),
-                                   &copy));
+                                   &span_test_copy_params, &copy));
     EXPECT_EQ(1u, log_counter::count("span rocm: hsa_init() failed: "
                                      "HSA_STATUS_ERROR_OUT_OF_RESOURCES: "));
     ASSERT_EQ(0, hsa_emu_fail(nullptr));
     EXPECT_EQ(nullptr, span_vendor_vmm_copy(UCS_MEMORY_TYPE_HOST));
-    EXPECT_EQ(UCS_ERR_UNSUPPORTED, span_vmm_copy_create(nullptr, &copy));
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              span_vmm_copy_create(nullptr, &span_test_copy_params, &copy));
     EXPECT_EQ(nullptr, copy);
 }
 

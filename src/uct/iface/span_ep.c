@@ -304,7 +304,8 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
     ucs_status_t status;
 
     if (siface->copy == NULL) {
-        status = span_vmm_copy_create(siface->copy_ops, &siface->copy);
+        status = span_vmm_copy_create(siface->copy_ops, siface->copy_params,
+                                      &siface->copy);
         if (status != UCS_OK) {
             return status;
         }

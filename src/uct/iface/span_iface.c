@@ -280,6 +280,7 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
     siface->get_max_zcopy = span_iface_get_max_zcopy(inner_tl, &attr);
     siface->copy_ops    = span_vendor_vmm_copy(smd->dev_mem_type);
+    siface->copy_params = &smd->copy_params;
     siface->put_zcopy_any = span_iface_put_zcopy_any(inner_tl, &attr);
     siface->memh_unread = span_iface_md_memh_unread(smd);
     siface->keyless     = (smd->inner_attr.rkey_packed_size == 0);

@@ -39,6 +39,7 @@ typedef struct span_iface {
     span_split_queue_t queue;
     /* the vendor of the twin's device memory, NULL where none was built */
     const span_vmm_copy_ops_t *copy_ops;
+    const span_vmm_copy_params_t *copy_params; /* its MD's */
     span_vmm_copy_t    *copy;     /* VMM copies: made on the first one */
 } span_iface_t;
 

@@ -11,6 +11,7 @@
 #include "base/span_chunk.h"
 #include "key/span_rkey.h"
 #include "resolvers/span_cuda.h"
+#include "resolvers/span_vmm_copy_ops.h"
 #include "resolvers/span_vmm_export.h"
 
 /* A twin is named after its inner MD or transport with this suffix */
@@ -21,6 +22,8 @@ typedef struct span_md_config {
     size_t          max_chunk;
     size_t          chunk_overlap;
     size_t          vmm_widen;
+    unsigned        copy_batch;
+    size_t          copy_kernel_max;
     size_t          test_unit_size;
     unsigned        test_fail_reg;
     unsigned        test_fail_dereg;
@@ -50,6 +53,7 @@ typedef struct span_md {
     ucs_memory_type_t dev_mem_type;    /* the memory it resolves: CUDA, or
                                           ROCM (span_md_rocm.h) */
     span_vmm_export_ops_t vmm_export_ops; /* where cuda is set */
+    span_vmm_copy_params_t copy_params; /* of its ifaces' copy engines */
     span_cuda_widen_limits_t widen;    /* max_bytes 0: registrations of one
                                           VMM handle are not widened */
     int              spill;            /* UCS_YES: always, UCS_TRY: keys

@@ -61,6 +61,23 @@ ucs_config_field_t span_md_config_table[] = {
      "buffers as given).",
      ucs_offsetof(span_md_config_t, vmm_widen), UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"COPY_BATCH", "1024",
+     "Device copies span makes itself (VMM memory it exported: PyTorch's\n"
+     "expandable segments) that a process posts after the first one since\n"
+     "the last progress are gathered and queued together at the next\n"
+     "progress or flush, or once this many ops are gathered: many small\n"
+     "blocks (KV-cache pages) then cost one kernel launch, not one copy\n"
+     "engine job each. The first op after a progress is queued alone, at\n"
+     "the latency of one copy. 0 or 1: every op alone, as cuda_ipc copies.",
+     ucs_offsetof(span_md_config_t, copy_batch), UCS_CONFIG_TYPE_UINT},
+
+    {"COPY_KERNEL_MAX", "256k",
+     "The largest piece of a batch that span's copy kernel moves (on the\n"
+     "GPU's SMs, 64 KiB per thread block); larger pieces take the copy\n"
+     "engine, as cuda_ipc's copies do. 0: no kernel, every op alone.",
+     ucs_offsetof(span_md_config_t, copy_kernel_max),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {"TEST_UNIT_SIZE", "inf",
      "For tests: declare a hard boundary (a physical allocation boundary,\n"
      "which no inner registration or op may cross) at every multiple of\n"

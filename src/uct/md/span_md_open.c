@@ -225,6 +225,10 @@ static ucs_status_t span_md_limits(span_md_t *smd,
     smd->widen.max_bytes = (config->vmm_widen == UCS_MEMUNITS_INF) ?
                            UINT64_MAX : config->vmm_widen;
     smd->widen.max_units = span_md_widen_max_units();
+    smd->copy_params.batch_ops  = config->copy_batch;
+    smd->copy_params.kernel_max = (config->copy_kernel_max ==
+                                   UCS_MEMUNITS_INF) ?
+                                  SIZE_MAX : config->copy_kernel_max;
     smd->test_fail_reg    = config->test_fail_reg;
     smd->test_fail_dereg  = config->test_fail_dereg;
     smd->test_no_resource = config->test_no_resource;

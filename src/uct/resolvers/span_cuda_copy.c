@@ -2,38 +2,67 @@
 /*
  * CUDA's calls for the VMM copy engine (span_cuda_copy.h).
  */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
 #include "span_cuda_copy.h"
+#include "span_cuda_kernel.h"
 #include "span_libcuda.h"
 
 #include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
 #include <inttypes.h>
 
 typedef struct span_cuda_copy_device {
-    CUcontext ctx;    /* the device's primary context, retained */
-    CUstream  stream; /* non-blocking, NULL until first used */
+    CUcontext  ctx;    /* the device's primary context, retained */
+    CUstream   stream; /* non-blocking, NULL until first used */
+    CUmodule   module; /* of the copy kernel, loaded on the first batch */
+    CUfunction kernel;
 } span_cuda_copy_device_t;
 
 /* The state of an engine */
 typedef struct span_cuda_copy {
     span_cuda_copy_device_t dev[SPAN_VMM_COPY_MAX_DEVICES];
-    int                     pushed; /* from begin to end: the device's
-                                       context was made current */
+    int                     pushed;     /* from begin to end: the device's
+                                           context was made current */
+    size_t                  kernel_max; /* 0: batches are not offered */
+    span_cuda_kernel_args_t args;       /* the launch being filled */
 } span_cuda_copy_t;
 
-static ucs_status_t span_cuda_copy_init(void *vendor)
+static ucs_status_t span_cuda_copy_init(void *vendor,
+                                        const span_vmm_copy_params_t *params)
 {
-    return UCS_OK; /* streams are made per device on first use */
+    span_cuda_copy_t *cuda = vendor;
+
+    /* streams and kernels are made per device on first use */
+#if HAVE_CUDA_KERNEL
+    /* libcuda was loaded with the twin's MD; a driver without the
+     * kernel's calls gets no batches */
+    if ((span_libcuda.cuModuleLoadData != NULL) &&
+        (span_libcuda.cuModuleGetFunction != NULL) &&
+        (span_libcuda.cuModuleUnload != NULL) &&
+        (span_libcuda.cuLaunchKernel != NULL)) {
+        cuda->kernel_max = params->kernel_max;
+    }
+#endif
+    return UCS_OK;
 }
 
 static void span_cuda_copy_cleanup(void *vendor)
 {
     span_cuda_copy_t *cuda = vendor;
+    CUcontext ctx;
     CUdevice cu_dev;
     int i;
 
     for (i = 0; i < SPAN_VMM_COPY_MAX_DEVICES; ++i) {
         if (cuda->dev[i].stream == NULL) {
             continue;
+        }
+        if (cuda->dev[i].module != NULL) {
+            span_libcuda.cuCtxPushCurrent(cuda->dev[i].ctx);
+            span_libcuda.cuModuleUnload(cuda->dev[i].module);
+            span_libcuda.cuCtxPopCurrent(&ctx);
         }
         span_libcuda.cuStreamDestroy(cuda->dev[i].stream);
         if (span_libcuda.cuDeviceGet(&cu_dev, i) == CUDA_SUCCESS) {
@@ -221,6 +250,122 @@ static void span_cuda_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
 {
     span_libcuda.cuEventSynchronize(signal->ptr);
 }
+
+#if HAVE_CUDA_KERNEL
+/* The copy kernel in the current context, device's, loaded on first use;
+ * UCS_ERR_UNSUPPORTED where the driver takes none of its images (logged at
+ * debug: batches are then off) */
+static ucs_status_t span_cuda_copy_kernel(span_cuda_copy_t *cuda, int device)
+{
+    span_cuda_copy_device_t *dev = &cuda->dev[device];
+    CUresult res;
+
+    if (dev->kernel != NULL) {
+        return UCS_OK;
+    }
+    res = span_libcuda.cuModuleLoadData(&dev->module, span_cuda_kernel_image);
+    if (res == CUDA_SUCCESS) {
+        res = span_libcuda.cuModuleGetFunction(&dev->kernel, dev->module,
+                                               SPAN_CUDA_KERNEL_NAME);
+        if (res != CUDA_SUCCESS) {
+            span_libcuda.cuModuleUnload(dev->module);
+        }
+    }
+    if (res != CUDA_SUCCESS) {
+        ucs_debug("span cuda copy: device %d loads no copy kernel (error "
+                  "%d): ops are copied one by one", device, (int)res);
+        dev->module      = NULL;
+        dev->kernel      = NULL;
+        cuda->kernel_max = 0;
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return UCS_OK;
+}
+
+/* Launches the pieces gathered in cuda->args on device's stream */
+static ucs_status_t span_cuda_copy_launch(span_cuda_copy_t *cuda, int device)
+{
+    span_cuda_copy_device_t *dev = &cuda->dev[device];
+    void *params[]               = {&cuda->args};
+    unsigned blocks              = (unsigned)cuda->args.count;
+    CUresult res;
+
+    if (blocks == 0) {
+        return UCS_OK;
+    }
+    /* the driver copies the parameters at the launch */
+    res = SPAN_LIBCUDA_CALL(cuLaunchKernel, dev->kernel, blocks, 1, 1,
+                            SPAN_CUDA_KERNEL_THREADS, 1, 1, 0, dev->stream,
+                            params, NULL);
+    cuda->args.count = 0;
+    return (res == CUDA_SUCCESS) ? UCS_OK : UCS_ERR_IO_ERROR;
+}
+
+/* Queues a piece: up to kernel_max bytes in segments of the kernel's
+ * launch, larger ones by the copy engine, which moves them as fast */
+static ucs_status_t span_cuda_copy_piece(span_cuda_copy_t *cuda, int device,
+                                         const span_vmm_copy_piece_t *piece)
+{
+    span_cuda_kernel_piece_t *seg;
+    ucs_status_t status;
+    uint64_t offset;
+
+    if (piece->length > cuda->kernel_max) {
+        return (SPAN_LIBCUDA_CALL(cuMemcpyAsync, piece->dst, piece->src,
+                                  piece->length, cuda->dev[device].stream) ==
+                CUDA_SUCCESS) ? UCS_OK : UCS_ERR_IO_ERROR;
+    }
+    for (offset = 0; offset < piece->length;
+         offset += SPAN_CUDA_KERNEL_SEGMENT) {
+        if (cuda->args.count == SPAN_CUDA_KERNEL_PIECES) {
+            status = span_cuda_copy_launch(cuda, device);
+            if (status != UCS_OK) {
+                return status;
+            }
+        }
+        seg         = &cuda->args.piece[cuda->args.count++];
+        seg->dst    = piece->dst + offset;
+        seg->src    = piece->src + offset;
+        seg->length = ucs_min(piece->length - offset,
+                              (uint64_t)SPAN_CUDA_KERNEL_SEGMENT);
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t span_cuda_copy_batch(void *vendor, int device,
+                                         const span_vmm_copy_piece_t *pieces,
+                                         size_t count,
+                                         span_vmm_copy_signal_t *signal)
+{
+    span_cuda_copy_t *cuda = vendor;
+    int pushed;
+    ucs_status_t status;
+    size_t i;
+
+    if (cuda->kernel_max == 0) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    pushed = span_cuda_copy_enter(cuda->dev[device].ctx);
+    status = span_cuda_copy_kernel(cuda, device);
+    cuda->args.count = 0;
+    for (i = 0; (i < count) && (status == UCS_OK); ++i) {
+        status = span_cuda_copy_piece(cuda, device, &pieces[i]);
+    }
+    if (status == UCS_OK) {
+        status = span_cuda_copy_launch(cuda, device);
+    }
+    if ((status == UCS_OK) &&
+        (SPAN_LIBCUDA_CALL(cuEventRecord, signal->ptr,
+                           cuda->dev[device].stream) != CUDA_SUCCESS)) {
+        status = UCS_ERR_IO_ERROR;
+    }
+    span_cuda_copy_leave(pushed);
+    return status;
+}
+#else
+/* Built without nvcc: no copy kernel, no batches */
+#  define span_cuda_copy_batch NULL
+#endif
 
 const span_vmm_copy_ops_t span_cuda_copy_ops =
         SPAN_VMM_COPY_OPS(cuda, UCS_MEMORY_TYPE_CUDA);

@@ -16,6 +16,7 @@
 /* Who needs a driver call: a call missing from libcuda turns off only them */
 #define SPAN_LIBCUDA_RESOLVER 1u
 #define SPAN_LIBCUDA_VMM      2u
+#define SPAN_LIBCUDA_KERNEL   4u /* the copy kernel of batches */
 
 /* Member (cuda.h maps some API names to versioned ones with macros, which
  * the member names follow), the symbol of that version, its users (0:
@@ -58,6 +59,10 @@
     _call(cuEventRecord, "cuEventRecord", SPAN_LIBCUDA_VMM) \
     _call(cuEventQuery, "cuEventQuery", SPAN_LIBCUDA_VMM) \
     _call(cuEventSynchronize, "cuEventSynchronize", SPAN_LIBCUDA_VMM) \
+    _call(cuModuleLoadData, "cuModuleLoadData", SPAN_LIBCUDA_KERNEL) \
+    _call(cuModuleGetFunction, "cuModuleGetFunction", SPAN_LIBCUDA_KERNEL) \
+    _call(cuModuleUnload, "cuModuleUnload", SPAN_LIBCUDA_KERNEL) \
+    _call(cuLaunchKernel, "cuLaunchKernel", SPAN_LIBCUDA_KERNEL) \
     _call(cuGetErrorName, "cuGetErrorName", 0) \
     _call(cuGetErrorString, "cuGetErrorString", 0)
 

@@ -22,7 +22,8 @@ span_rocm_copy_hsa(const span_vmm_copy_signal_t *signal)
     return hsa;
 }
 
-static ucs_status_t span_rocm_copy_init(void *vendor)
+static ucs_status_t span_rocm_copy_init(void *vendor,
+                                        const span_vmm_copy_params_t *params)
 {
     if (!span_librocm_load(SPAN_LIBROCM_COPY | SPAN_LIBROCM_VMM)) {
         ucs_error("span rocm copy: no HSA runtime to copy with");
@@ -203,6 +204,9 @@ static void span_rocm_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
                    UINT64_MAX, HSA_WAIT_STATE_BLOCKED) > 0) {
     }
 }
+
+/* HSA copies are queued one by one: no batches */
+#define span_rocm_copy_batch NULL
 
 const span_vmm_copy_ops_t span_rocm_copy_ops =
         SPAN_VMM_COPY_OPS(rocm, UCS_MEMORY_TYPE_ROCM);

@@ -10,14 +10,29 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-/* The copies of one op, ended by one signal of its device's pool */
+/* Pieces of room in a batch per op it takes: an op of more pieces than a
+ * whole batch holds is queued alone */
+#define SPAN_VMM_COPY_BATCH_PIECES 4
+
+/* An op of a submission */
+typedef struct span_vmm_copy_rec {
+    uct_completion_t *comp;
+    ucs_status_t     status; /* reported once its copies ran */
+    size_t           pieces; /* of a batch: its pieces, after the ops' before */
+} span_vmm_copy_rec_t;
+
+/* The copies of one op, or of a batch of ops, ended by one signal of its
+ * device's pool */
 typedef struct span_vmm_copy_desc {
     ucs_list_link_t        list;
     span_vmm_copy_signal_t signal;
     int                    device;
-    uint64_t               seq;
-    uct_completion_t       *comp;
-    ucs_status_t           status; /* reported once its copies ran */
+    int                    signaled;   /* 0: its copies ran already */
+    uint64_t               seq;        /* of its last op */
+    unsigned               num_ops;
+    size_t                 num_pieces; /* of a batch */
+    span_vmm_copy_piece_t  *pieces;    /* batch_pieces of room */
+    span_vmm_copy_rec_t    ops[];      /* batch_ops of room */
 } span_vmm_copy_desc_t;
 
 /* A flush that waits for the ops queued before it */
@@ -36,10 +51,16 @@ struct span_vmm_copy {
     /* per device: descriptors whose signals are idle (a CUDA event
      * belongs to its device's context) */
     ucs_list_link_t           pool[SPAN_VMM_COPY_MAX_DEVICES];
+    unsigned                  batch_ops;      /* 1: every op alone */
+    size_t                    batch_pieces;
+    span_vmm_copy_desc_t      *pending;       /* the batch being filled */
+    unsigned                  since_progress; /* ops posted since the last
+                                                 progress */
     uint64_t                  vendor[]; /* ops->vendor_size bytes */
 };
 
 ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
+                                  const span_vmm_copy_params_t *params,
                                   span_vmm_copy_t **copy_p)
 {
     size_t size = sizeof(span_vmm_copy_t);
@@ -59,11 +80,18 @@ ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
                   ops->name, size);
         return UCS_ERR_NO_MEMORY;
     }
-    status = ops->init(copy->vendor);
+    status = ops->init(copy->vendor, params);
     if (status != UCS_OK) {
         goto err_free;
     }
     copy->ops = ops;
+    if ((ops->batch != NULL) && (params->batch_ops > 1)) {
+        copy->batch_ops    = params->batch_ops;
+        copy->batch_pieces = (size_t)params->batch_ops *
+                             SPAN_VMM_COPY_BATCH_PIECES;
+    } else {
+        copy->batch_ops    = 1;
+    }
     ucs_list_head_init(&copy->active);
     ucs_list_head_init(&copy->flushes);
     for (i = 0; i < SPAN_VMM_COPY_MAX_DEVICES; ++i) {
@@ -81,17 +109,21 @@ static span_vmm_copy_desc_t *span_vmm_copy_desc_get(span_vmm_copy_t *copy,
                                                     int device)
 {
     span_vmm_copy_desc_t *desc;
+    size_t size;
 
     if (!ucs_list_is_empty(&copy->pool[device])) {
         return ucs_list_extract_head(&copy->pool[device],
                                      span_vmm_copy_desc_t, list);
     }
-    desc = malloc(sizeof(*desc));
+    size = sizeof(*desc) + (copy->batch_ops * sizeof(desc->ops[0])) +
+           (copy->batch_pieces * sizeof(desc->pieces[0]));
+    desc = malloc(size);
     if (desc == NULL) {
-        ucs_error("span %s copy: no memory for a signal descriptor",
-                  copy->ops->name);
+        ucs_error("span %s copy: no memory for a signal descriptor (%zu "
+                  "bytes)", copy->ops->name, size);
         return NULL;
     }
+    desc->pieces = (span_vmm_copy_piece_t*)&desc->ops[copy->batch_ops];
     if (copy->ops->signal_create(copy->vendor, device, &desc->signal) !=
         UCS_OK) {
         free(desc);
@@ -146,6 +178,112 @@ static ucs_status_t span_vmm_copy_issue(span_vmm_copy_t *copy,
     return status;
 }
 
+/* Queues the pieces of the batch being filled, then its signal; where the
+ * vendor fails, one by one */
+static void span_vmm_copy_submit(span_vmm_copy_t *copy)
+{
+    const span_vmm_copy_ops_t *ops = copy->ops;
+    span_vmm_copy_desc_t *desc     = copy->pending;
+    span_vmm_copy_op_t op          = {.is_put = 1, .device = desc->device,
+                                      .signal = desc->signal};
+    size_t i, queued = 0, piece = 0;
+    span_vmm_copy_piece_t *p;
+    ucs_status_t status;
+    unsigned j;
+
+    copy->pending  = NULL;
+    desc->signaled = 1;
+    ucs_list_add_tail(&copy->active, &desc->list);
+    status = ops->batch(copy->vendor, desc->device, desc->pieces,
+                        desc->num_pieces, &desc->signal);
+    if (status == UCS_OK) {
+        return;
+    }
+    if (status == UCS_ERR_UNSUPPORTED) {
+        ucs_debug("span %s copy: the device cannot batch copies: each op is "
+                  "queued alone", ops->name);
+        copy->batch_ops = 1;
+    }
+    /* as a put: pieces go from src (local) to dst (remote) */
+    ops->begin(copy->vendor, &op, desc->num_pieces);
+    for (j = 0; j < desc->num_ops; ++j) {
+        for (i = 0; i < desc->ops[j].pieces; ++i, ++piece) {
+            p = &desc->pieces[piece];
+            if (ops->copy(copy->vendor, &op, (void*)(uintptr_t)p->src,
+                          (void*)(uintptr_t)p->dst, p->length) != UCS_OK) {
+                desc->ops[j].status = UCS_ERR_IO_ERROR;
+            } else {
+                ++queued;
+            }
+        }
+    }
+    if (ops->end(copy->vendor, &op, desc->num_pieces, queued) != UCS_OK) {
+        desc->signaled = 0; /* they ran: the vendor waited for them */
+    }
+}
+
+/* Whether op joins the batch being filled, or starts one: the first op
+ * after a progress is queued alone, so that one op keeps the latency of a
+ * copy; the ops that follow it before the next progress are batched. An
+ * op to or from host memory (which the vendor's kernel may not reach), of
+ * no completion (nothing would report a failure of its batch), or of more
+ * pieces than a batch holds goes alone. */
+static int span_vmm_copy_batches(const span_vmm_copy_t *copy,
+                                 const span_vmm_copy_op_t *op, size_t copies,
+                                 const uct_completion_t *comp)
+{
+    return (copy->batch_ops > 1) && !op->host && (comp != NULL) &&
+           (copies <= copy->batch_pieces) &&
+           ((copy->since_progress > 0) || (copy->pending != NULL));
+}
+
+/* Adds op to the batch being filled (queued first where it is another
+ * device's, or full), which is queued once full */
+static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
+                                      const span_vmm_copy_op_t *op,
+                                      const uct_iov_t *iov, size_t iovcnt,
+                                      uint8_t *remote, size_t copies,
+                                      uct_completion_t *comp)
+{
+    span_vmm_copy_desc_t *desc = copy->pending;
+    span_vmm_copy_piece_t *p;
+    uint8_t *local;
+    size_t i, j;
+
+    if ((desc != NULL) &&
+        ((desc->device != op->device) ||
+         (desc->num_pieces + copies > copy->batch_pieces))) {
+        span_vmm_copy_submit(copy);
+        desc = NULL;
+    }
+    if (desc == NULL) {
+        desc = span_vmm_copy_desc_get(copy, op->device);
+        if (desc == NULL) {
+            return UCS_ERR_NO_MEMORY;
+        }
+        desc->num_ops    = 0;
+        desc->num_pieces = 0;
+        copy->pending    = desc;
+    }
+    for (i = 0; i < iovcnt; ++i) {
+        for (j = 0; (iov[i].length > 0) && (j < iov[i].count); ++j) {
+            local     = (uint8_t*)iov[i].buffer + (j * iov[i].stride);
+            p         = &desc->pieces[desc->num_pieces++];
+            p->dst    = (uintptr_t)(op->is_put ? remote : local);
+            p->src    = (uintptr_t)(op->is_put ? local : remote);
+            p->length = iov[i].length;
+            remote   += iov[i].length;
+        }
+    }
+    desc->ops[desc->num_ops++] = (span_vmm_copy_rec_t){comp, UCS_OK, copies};
+    desc->seq                  = ++copy->posted;
+    ++copy->since_progress;
+    if (desc->num_ops == copy->batch_ops) {
+        span_vmm_copy_submit(copy);
+    }
+    return UCS_INPROGRESS;
+}
+
 ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 int is_put, const uct_iov_t *iov,
                                 size_t iovcnt, uint8_t *remote,
@@ -165,10 +303,18 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     if (status != UCS_OK) {
         return status;
     }
+    if (span_vmm_copy_batches(copy, &op, copies, comp)) {
+        return span_vmm_copy_add(copy, &op, iov, iovcnt, remote, copies,
+                                 comp);
+    }
+    if (copy->pending != NULL) {
+        span_vmm_copy_submit(copy); /* what was posted before goes first */
+    }
     desc = span_vmm_copy_desc_get(copy, op.device);
     if (desc == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
+    ++copy->since_progress;
     op.signal = desc->signal;
     ops->begin(copy->vendor, &op, copies);
     status = span_vmm_copy_issue(copy, &op, iov, iovcnt, remote, copies,
@@ -183,9 +329,10 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     }
     /* an op that failed still owns its buffers while the copies it queued
      * run: its error is reported once they have, never before */
-    desc->status = status;
-    desc->comp   = comp;
-    desc->seq    = ++copy->posted;
+    desc->signaled   = 1;
+    desc->num_ops    = 1;
+    desc->ops[0]     = (span_vmm_copy_rec_t){comp, status, copies};
+    desc->seq        = ++copy->posted;
     ucs_list_add_tail(&copy->active, &desc->list);
     if ((status != UCS_OK) && (comp == NULL)) {
         /* nothing to report it through later: wait here */
@@ -195,6 +342,22 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     return UCS_INPROGRESS;
 }
 
+/* Completes the ops of desc, whose copies ran, of status where it is an
+ * error */
+static void span_vmm_copy_complete(span_vmm_copy_desc_t *desc,
+                                   ucs_status_t status)
+{
+    unsigned i;
+
+    for (i = 0; i < desc->num_ops; ++i) {
+        if (desc->ops[i].comp != NULL) {
+            span_completion_invoke(desc->ops[i].comp,
+                                   (status == UCS_OK) ? desc->ops[i].status :
+                                                        status);
+        }
+    }
+}
+
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
 {
     span_vmm_copy_desc_t *desc;
@@ -202,25 +365,27 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
     ucs_status_t status;
     unsigned count = 0;
 
+    copy->since_progress = 0;
+    if (copy->pending != NULL) {
+        span_vmm_copy_submit(copy);
+    }
     while (!ucs_list_is_empty(&copy->active)) {
         desc   = ucs_list_head(&copy->active, span_vmm_copy_desc_t, list);
-        status = copy->ops->query(copy->vendor, &desc->signal);
+        status = desc->signaled ?
+                 copy->ops->query(copy->vendor, &desc->signal) : UCS_OK;
         if (status == UCS_INPROGRESS) {
             break;
         }
-        if (status == UCS_OK) {
-            status = desc->status;
-        } else {
-            ucs_error("span %s copy: the copies of op %" PRIu64 " on device "
-                      "%d failed", copy->ops->name, desc->seq, desc->device);
+        if (status != UCS_OK) {
+            ucs_error("span %s copy: the copies of %u ops up to op %" PRIu64
+                      " on device %d failed", copy->ops->name, desc->num_ops,
+                      desc->seq, desc->device);
         }
         ucs_list_del(&desc->list);
         copy->done = desc->seq;
         ucs_list_add_tail(&copy->pool[desc->device], &desc->list);
-        if (desc->comp != NULL) {
-            span_completion_invoke(desc->comp, status);
-        }
-        ++count;
+        span_vmm_copy_complete(desc, status);
+        count += desc->num_ops;
     }
     while (!ucs_list_is_empty(&copy->flushes)) {
         flush = ucs_list_head(&copy->flushes, span_vmm_copy_flush_t, list);
@@ -244,8 +409,13 @@ static void span_vmm_copy_drain(span_vmm_copy_t *copy)
 {
     span_vmm_copy_desc_t *desc;
 
+    if (copy->pending != NULL) {
+        span_vmm_copy_submit(copy);
+    }
     ucs_list_for_each(desc, &copy->active, list) {
-        copy->ops->wait(copy->vendor, &desc->signal);
+        if (desc->signaled) {
+            copy->ops->wait(copy->vendor, &desc->signal);
+        }
     }
     span_vmm_copy_progress(copy);
 }
@@ -257,6 +427,9 @@ ucs_status_t span_vmm_copy_flush(span_vmm_copy_t *copy,
 
     if (!span_vmm_copy_busy(copy)) {
         return UCS_OK;
+    }
+    if (copy->pending != NULL) {
+        span_vmm_copy_submit(copy); /* a flush waits for nothing unqueued */
     }
     if (comp == NULL) {
         return UCS_INPROGRESS;

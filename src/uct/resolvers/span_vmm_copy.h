@@ -6,6 +6,10 @@
  * (or, for host memory, of the mapping), one signal of the vendor (a CUDA
  * event, an HSA signal) marks their end, the op returns UCS_INPROGRESS and
  * the iface's progress completes it. A flush completes behind the last op.
+ * Where the vendor batches (span_vmm_copy_ops_t.batch), the ops posted
+ * after the first one since the last progress are gathered, and queued
+ * together, behind one signal, at the next progress or flush, or once a
+ * batch is full: many small copies then cost one launch, not one each.
  * Nothing here waits for the application's work, and progress never
  * blocks. The vendor's calls are a table (span_vmm_copy_ops.h), one per
  * runtime span was built with.
@@ -21,9 +25,11 @@
 
 typedef struct span_vmm_copy span_vmm_copy_t;
 
-/* An engine of ops (the vendor's; NULL: UCS_ERR_UNSUPPORTED), with no
- * signal yet: they are made per device on first use */
+/* An engine of ops (the vendor's; NULL: UCS_ERR_UNSUPPORTED) that batches
+ * as params says, with no signal yet: they are made per device on first
+ * use */
 ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
+                                  const span_vmm_copy_params_t *params,
                                   span_vmm_copy_t **copy_p);
 
 /* Waits for the copies still queued (the device finishes them), completes
@@ -42,7 +48,8 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 size_t iovcnt, uint8_t *remote,
                                 uct_completion_t *comp);
 
-/* Completes the ops whose copies ran, in order; their count */
+/* Queues the batch being filled, then completes the ops whose copies ran,
+ * in order; their count */
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy);
 
 /* Whether copies are queued */

@@ -42,13 +42,29 @@ typedef struct span_vmm_copy_op {
     span_vmm_copy_signal_t signal; /* marks the end of its copies */
 } span_vmm_copy_op_t;
 
+/* A copy of a batch (span_vmm_copy_ops_t.batch): length bytes from src to
+ * dst, both addresses the copying device reaches */
+typedef struct span_vmm_copy_piece {
+    uint64_t dst;
+    uint64_t src;
+    uint64_t length;
+} span_vmm_copy_piece_t;
+
+/* How an engine batches (span_vmm_copy_create) */
+typedef struct span_vmm_copy_params {
+    unsigned batch_ops;  /* the most ops of one batch; below 2: none */
+    size_t   kernel_max; /* the largest piece a vendor's copy kernel takes
+                            (0: none does); larger ones take the copy
+                            engine */
+} span_vmm_copy_params_t;
+
 typedef struct span_vmm_copy_ops {
     const char        *name;        /* in log lines: "span <name> copy: " */
     ucs_memory_type_t mem_type;     /* the device memory it copies */
     size_t            vendor_size;  /* of its state in an engine */
 
     /* Sets up the state of an engine (zeroed): runtime references */
-    ucs_status_t (*init)(void *vendor);
+    ucs_status_t (*init)(void *vendor, const span_vmm_copy_params_t *params);
     /* Frees what init and the ops made; nothing is queued any more */
     void         (*cleanup)(void *vendor);
 
@@ -76,6 +92,16 @@ typedef struct span_vmm_copy_ops {
     ucs_status_t (*end)(void *vendor, const span_vmm_copy_op_t *op,
                         size_t copies, size_t queued);
 
+    /* Optional (NULL: every op is queued alone). Queues count pieces
+     * (> 0) on device, then signal after them: UCS_OK; UCS_ERR_UNSUPPORTED
+     * where the vendor cannot batch (logged at debug; not called again);
+     * another error, logged, where a call failed with some pieces maybe
+     * queued: the engine then queues them one by one (a piece queued twice
+     * moves the same bytes, as its op owns both ends until it completes) */
+    ucs_status_t (*batch)(void *vendor, int device,
+                          const span_vmm_copy_piece_t *pieces, size_t count,
+                          span_vmm_copy_signal_t *signal);
+
     /* UCS_OK once the copies signal follows ran, UCS_INPROGRESS before;
      * an error logged where the device failed them */
     ucs_status_t (*query)(void *vendor, span_vmm_copy_signal_t *signal);
@@ -84,7 +110,8 @@ typedef struct span_vmm_copy_ops {
 } span_vmm_copy_ops_t;
 
 /* The table of _vendor, whose state is span_<_vendor>_copy_t and whose
- * calls are span_<_vendor>_copy_<member> (copy: _async) */
+ * calls are span_<_vendor>_copy_<member> (copy: _async; batch may be a
+ * NULL of that name) */
 #define SPAN_VMM_COPY_OPS(_vendor, _mem_type) \
     { \
         .name           = #_vendor, \
@@ -98,6 +125,7 @@ typedef struct span_vmm_copy_ops {
         .begin          = span_##_vendor##_copy_begin, \
         .copy           = span_##_vendor##_copy_async, \
         .end            = span_##_vendor##_copy_end, \
+        .batch          = span_##_vendor##_copy_batch, \
         .query          = span_##_vendor##_copy_query, \
         .wait           = span_##_vendor##_copy_wait \
     }

@@ -29,6 +29,12 @@
 #     and the protocols of every device put/get checked, then put/get GB/s
 #     of VMM memory (twin) against cudaMalloc (native), medians of RUNS
 #     (SPAN_MATRIX_FROM="2 3": only the pairs from those initiator GPUs);
+#  K. many small blocks (KV-cache pages), GPU 0->0 and 0->1: one transfer
+#     of 4096 blocks (fewer of 256 KiB and 1 MiB) posted before one flush,
+#     cudaMalloc native and twin, VMM twin with and without batches, bytes
+#     checked; then ucx_perftest -m cuda put_bw and get at those sizes
+#     (SPAN_BLOCKS_PAIRS="0:1": those pairs only; SPAN_BLOCKS_PERFTEST=n:
+#     no perftest);
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
@@ -43,11 +49,11 @@
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
 #     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, docs/rocm.md); skipped elsewhere.
 # Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
-# (default 1234U56789PNFMCR; V only when named)
+# (default 1234U56789PNFMKCR; V only when named)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-5}
-parts=${2:-1234U56789PNFMCR}
+parts=${2:-1234U56789PNFMKCR}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -438,6 +444,60 @@ for i in ${SPAN_MATRIX_FROM:-$(seq 0 $((ngpus - 1)))}; do
             rc=1; off_tl cuda_ipc+ < "$log" | head -3 | sed 's/^/    off: /'; }
     done
 done
+}
+
+part K && {
+echo
+echo "## K. Many small blocks (KV-cache pages): one transfer of COUNT blocks, every other block of the region, posted before one flush; GB/s, median of $runs fresh pairs (5 transfers each)"
+echo '| GPUs | block | count | put: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | get: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | bytes wrong |'
+echo '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
+pairs="0:0"; [ "$ngpus" -ge 2 ] && pairs="0:0 0:1"
+for pr in ${SPAN_BLOCKS_PAIRS:-$pairs}; do
+    for block in 4096 16384 65536 262144 1048576; do
+        count=$(( (64 << 20) / block )); [ $count -gt 4096 ] && count=4096
+        declare -A col=(); bad=0
+        for cfg in nm:1:0:$native: tm:1:0:$twin: tv:3:64:$twin: tn:3:64:$twin:0; do
+            IFS=: read -r name kind handles tls batch <<< "$cfg"
+            p=() g=()
+            for ((r = 0; r < runs; r++)); do
+                out=$(env SPAN_GPU_DEVICE=${pr%:*} \
+                      SPAN_PAIR_TARGET_GPU=${pr#*:} \
+                      UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y \
+                      ${batch:+UCX_SPAN_COPY_BATCH=$batch} \
+                      "$gpu/bin/span_bench_gpu" blocks "$kind" "$handles" \
+                      "$block" "$count" 5 "$tls" 2>"$tmp/span_blocks.err" |
+                      grep '^BLOCKS') || { rc=1; tail -3 "$tmp/span_blocks.err"; }
+                p+=("$(echo "$out" | awk '{print $8}')")
+                g+=("$(echo "$out" | awk '{print $13}')")
+                bad=$((bad + $(echo "$out" | awk '{print $18 + $19}')))
+            done
+            col[${name}p]=$(printf '%s\n' "${p[@]}" | median)
+            col[${name}g]=$(printf '%s\n' "${g[@]}" | median)
+        done
+        r() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", (b > 0) ? a / b : 0}'; }
+        echo "| ${pr%:*} -> ${pr#*:} | $block | $count | ${col[nmp]} | ${col[tmp]} | ${col[tvp]} | ${col[tnp]} | $(r "${col[tvp]}" "${col[nmp]}") | ${col[nmg]} | ${col[tmg]} | ${col[tvg]} | ${col[tng]} | $(r "${col[tvg]}" "${col[nmg]}") | $bad |"
+        [ "$bad" -eq 0 ] || rc=1
+    done
+done
+[ "${SPAN_BLOCKS_PERFTEST:-y}" = y ] && {
+echo
+echo "ucx_perftest -m cuda (cudaMalloc), MB/s, median of $runs"
+echo '| test | size | cuda_ipc | cuda_ipc+ | ratio |'
+echo '|---|---|---|---|---|'
+for test in ucp_put_bw ucp_get; do
+    for size in 4096 16384 65536 262144 1048576; do
+        n=() t=()
+        for ((r = 0; r < runs; r++)); do
+            n+=("$(UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y perftest_bw $native $test $size 20000 -m cuda)")
+            t+=("$(UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y perftest_bw $twin $test $size 20000 -m cuda)")
+        done
+        mn=$(printf '%s\n' "${n[@]}" | median)
+        mt=$(printf '%s\n' "${t[@]}" | median)
+        printf '| %s | %s | %.1f | %.1f | %.3f |\n' $test $size "$mn" "$mt" \
+               "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print (n > 0) ? t / n : 0}')"
+    done
+done
+}
 }
 
 part C && [ "$ngpus" -ge 2 ] && [ -f "$gpu/nixlpy/nixl.tar.xz" ] && {

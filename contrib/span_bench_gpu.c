@@ -15,6 +15,12 @@
  *                        UCP into device memory of a kind (span_gpu.h):
  *                        the first MIB of an allocation of ALLOC_MIB
  *                        (default MIB), registered whole
+ *   blocks KIND HANDLES BLOCK COUNT ITERS TLS
+ *                        a KV-cache-shaped transfer: COUNT puts (then gets)
+ *                        of BLOCK bytes each, every other block of a
+ *                        region of that kind, posted before one flush;
+ *                        GB/s and ops/s, medians of ITERS, every byte
+ *                        checked once
  *   copy HANDLES MIB ITERS
  *                        the ceiling of the above without UCX: device copies
  *                        in one process between cudaMalloc buffers and into
@@ -289,6 +295,113 @@ static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,
     return span_pair_stop(&pair);
 }
 
+/* Seconds of one transfer of count blocks, every other one of the region */
+static double span_bench_blocks_run(span_pair_t *pair,
+                                    span_pair_region_t *region, void *local,
+                                    size_t block, size_t count, int get)
+{
+    double start = span_stats_now();
+    ucs_status_t status;
+
+    status = span_pair_rma_blocks(pair, region, 0, local, block, 2 * block,
+                                  count, get, 0, NULL);
+    if (status != UCS_OK) {
+        fprintf(stderr, "%s of %zu blocks failed: %s\n", get ? "get" : "put",
+                count, ucs_status_string(status));
+        return -1;
+    }
+    return span_stats_now() - start;
+}
+
+/* Mismatches of the blocks the puts wrote (the local pattern of seed 7)
+ * and of the gaps between them (the region's own, seed 1) */
+static size_t span_bench_blocks_check_put(span_pair_t *pair,
+                                          span_pair_region_t *region,
+                                          size_t block, size_t count)
+{
+    size_t i, bad = 0;
+
+    for (i = 0; i < count; ++i) {
+        bad += span_pair_check(pair, region, 2 * i * block, block, 7);
+        bad += span_pair_check(pair, region, (2 * i + 1) * block, block, 1);
+    }
+    return bad;
+}
+
+/* Mismatches of the blocks the gets read (the region's pattern, seed 1)
+ * and of the local gaps (seed 7, untouched) */
+static size_t span_bench_blocks_check_get(void *local, size_t block,
+                                          size_t count)
+{
+    size_t len = 2 * block * count, i, bad = SIZE_MAX;
+    uint8_t *host = malloc(len);
+
+    if ((host != NULL) && (span_gpu_copy(host, local, len) == UCS_OK)) {
+        for (i = 0, bad = 0; i < count; ++i) {
+            bad += span_pair_mismatches(host + (2 * i * block), block, 1,
+                                        2 * i * block);
+            bad += span_pair_mismatches(host + ((2 * i + 1) * block), block,
+                                        7, (2 * i + 1) * block);
+        }
+    }
+    free(host);
+    return bad;
+}
+
+static int span_bench_blocks(unsigned kind, unsigned handles, size_t block,
+                             size_t count, int iters, const char *tls)
+{
+    size_t len = 2 * block * count, bad_put, bad_get;
+    double t_put[SPAN_BENCH_MAX_RUNS], t_get[SPAN_BENCH_MAX_RUNS], mp, mg;
+    span_pair_region_t region;
+    span_gpu_buf_t local;
+    span_pair_t pair = {0};
+    uint8_t *pattern;
+    char reason[256];
+    int i;
+
+    iters = ucs_min(ucs_max(iters, 1), SPAN_BENCH_MAX_RUNS);
+    if (span_pair_start(&pair, SPAN_PAIR_FORK, tls, UCP_FEATURE_RMA) !=
+        UCS_OK) {
+        return 1;
+    }
+    pair.local_cuda = 1;
+    pattern         = malloc(len);
+    if ((pattern == NULL) || !span_gpu_init(reason, sizeof(reason)) ||
+        (span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local) != UCS_OK) ||
+        (span_pair_map_kind(&pair, kind, handles, len, 0, len, 1, &region) !=
+         UCS_OK)) {
+        fprintf(stderr, "setup failed: %s\n", reason);
+        span_pair_stop(&pair);
+        return 1;
+    }
+    span_pair_fill(pattern, len, 7, 0);
+    span_gpu_copy(local.ptr, pattern, len);
+    /* the bytes, once: puts into the region, then gets of its own pattern
+     * back over the local blocks */
+    span_bench_blocks_run(&pair, &region, local.ptr, block, count, 0);
+    bad_put = span_bench_blocks_check_put(&pair, &region, block, count);
+    span_pair_refill(&pair, &region, 1);
+    span_bench_blocks_run(&pair, &region, local.ptr, block, count, 1);
+    bad_get = span_bench_blocks_check_get(local.ptr, block, count);
+    for (i = 0; i < iters; ++i) {
+        t_put[i] = span_bench_blocks_run(&pair, &region, local.ptr, block,
+                                         count, 0);
+        t_get[i] = span_bench_blocks_run(&pair, &region, local.ptr, block,
+                                         count, 1);
+    }
+    mp = span_stats_median(t_put, iters);
+    mg = span_stats_median(t_get, iters);
+    printf("BLOCKS %s %u %zu %zu %s put %.2f GB/s %.0f ops/s get %.2f GB/s "
+           "%.0f ops/s bad %zu %zu\n", span_gpu_kind_names[kind], handles,
+           block, count, tls, block * count / mp / 1e9, count / mp,
+           block * count / mg / 1e9, count / mg, bad_put, bad_get);
+    span_pair_unmap(&pair, &region);
+    span_gpu_free(&local);
+    free(pattern);
+    return (span_pair_stop(&pair) != 0) || (bad_put != 0) || (bad_get != 0);
+}
+
 /* GB/s of iters device copies of len bytes, in this process */
 static double span_bench_copy_run(void *dst, const void *src, size_t len,
                                   int iters)
@@ -361,8 +474,13 @@ int main(int argc, char **argv)
                              (argc >= 8) ? atol(argv[7]) : 0, atoi(argv[5]),
                              argv[6]);
     }
+    if ((argc >= 8) && !strcmp(argv[1], "blocks")) {
+        return span_bench_blocks(atoi(argv[2]), atoi(argv[3]), atol(argv[4]),
+                                 atol(argv[5]), atoi(argv[6]), argv[7]);
+    }
     fprintf(stderr, "usage: %s units HANDLES | reg COUNT RUNS | "
             "bw KIND HANDLES MIB ITERS TLS [ALLOC_MIB] | "
+            "blocks KIND HANDLES BLOCK COUNT ITERS TLS | "
             "copy HANDLES MIB ITERS\n", argv[0]);
     return 2;
 }

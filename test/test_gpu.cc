@@ -400,6 +400,82 @@ protected:
      * straddling its end, a zero-copy get over the transport (puts:
      * puts_at_the_end). The twin refuses it; natively rocm_ipc checks
      * against the whole allocation and reads on past the registration */
+    /* [*start_p, *end_p): a range every op outside which a twin refuses
+     * (docs/bounds.md): the range mapped, or with UCX's defaults, for VMM
+     * memory, the handle UCP cut it to, widened by span over the handles
+     * after it */
+    void registered_range(size_t *start_p, size_t *end_p) const
+    {
+        const char *whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
+        const char *widen = getenv("UCX_SPAN_VMM_WIDEN");
+        size_t start      = m_region.reg_offset;
+        size_t end        = start + m_region.reg_length;
+
+        if ((gcase().kind == SPAN_GPU_VMM) &&
+            ((whole == NULL) || (strstr(whole, "cuda") != NULL))) {
+            size_t hsize = alloc_length() / gcase().handles;
+            start       -= start % hsize;
+            end          = ((widen != NULL) && !strcmp(widen, "0")) ?
+                           start + hsize : alloc_length();
+        }
+        *start_p = start;
+        *end_p   = end;
+    }
+
+    /* A transfer of count blocks from local whose second half lies past
+     * the registered range: those blocks alone are refused, the first half
+     * lands, and no other byte of the allocation changes */
+    void blocks_past_the_end(span_gpu_buf_t &local, size_t block,
+                             size_t count)
+    {
+        const size_t half = count / 2;
+        std::vector<ucs_status_t> st(count, UCS_ERR_LAST);
+        std::vector<uint8_t> host(2 * block * count);
+        size_t rs, re, start, refused = 0, wrong = 0;
+
+        if ((gcase().kind != SPAN_GPU_MALLOC) &&
+            (gcase().kind != SPAN_GPU_VMM)) {
+            return; /* PyTorch's and paired blocks: ranges UCP decides */
+        }
+        /* a twin's key reaches what was mapped, exactly */
+        rs = m_region.reg_offset;
+        re = rs + m_region.reg_length;
+        if (re - rs < half * 2 * block) {
+            return;
+        }
+        start = re - (half * 2 * block);
+        ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 7));
+        span_pair_fill(host.data(), host.size(), 11, start);
+        ASSERT_EQ(UCS_OK, span_gpu_copy(local.ptr, host.data(),
+                                        host.size()));
+        span_pair_rma_blocks(&m_pair, &m_region, start, local.ptr, block,
+                             2 * block, count, 0, 0, st.data());
+        for (size_t i = 0; i < count; ++i) {
+            if (i < half) {
+                EXPECT_EQ(UCS_OK, st[i]) << "block " << i;
+                wrong += span_pair_check(&m_pair, &m_region,
+                                         start + 2 * i * block, block, 11);
+                wrong += span_pair_check(&m_pair, &m_region,
+                                         start + (2 * i + 1) * block, block,
+                                         7);
+            } else {
+                EXPECT_NE(UCS_OK, st[i]) << "block " << i << " past "
+                                         << re;
+                refused += (st[i] != UCS_OK);
+            }
+        }
+        wrong += span_pair_check(&m_pair, &m_region, 0, start, 7);
+        wrong += span_pair_check(&m_pair, &m_region, re, alloc_length() - re,
+                                 7);
+        EXPECT_EQ(0u, wrong);
+        char result[256];
+        snprintf(result, sizeof(result), "%zu/%zu blocks past %zu refused | "
+                 "%zu bytes wrong | %zu ops failed", refused, count - half,
+                 re, wrong, half - std::count(st.begin(), st.begin() + half,
+                                              UCS_OK));
+        report("blocks past", result);
+    }
+
     void past_the_registration()
     {
         const size_t len = 8192, half = len / 2, off = reg_end() - half;
@@ -607,19 +683,10 @@ TEST_P(SPAN_GPU_PAIR, just_outside_the_registration_is_refused)
     }
     ucs_status_t status = map(7);
     ASSERT_EQ(UCS_OK, status);
-    const char *whole = getenv("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES");
-    const char *widen = getenv("UCX_SPAN_VMM_WIDEN");
-    size_t hsize      = alloc_length() / gcase().handles;
-    size_t start      = m_region.reg_offset;
-    size_t end        = start + m_region.reg_length;
-    size_t ops = 0, refused = 0;
+    size_t start, end, ops = 0, refused = 0;
     span_gpu_buf_t local;
 
-    if ((whole == NULL) || (strstr(whole, "cuda") != NULL)) {
-        start -= start % hsize;
-        end    = ((widen != NULL) && !strcmp(widen, "0")) ? start + hsize :
-                                                            alloc_length();
-    }
+    registered_range(&start, &end);
     ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, 64, 0, NULL, &local));
     for (size_t len = 1; len <= 64; ++len) {
         std::vector<size_t> at = {end};
@@ -645,6 +712,115 @@ TEST_P(SPAN_GPU_PAIR, just_outside_the_registration_is_refused)
            "refused | %zu bytes wrong |\n", vendor.label, gcase().name,
            tl().c_str(), ucx_settings().c_str(), start, end, refused, ops,
            wrong);
+    span_gpu_free(&local);
+}
+#endif
+
+#if !SPAN_GPU_TEST_ROCM
+/* A KV-cache-shaped transfer: blocks of 4 KiB + 16 bytes in every other
+ * slot of the registration (up to 512), posted before one flush, as NIXL
+ * posts them: puts, then gets, every byte checked on both sides (the
+ * twin's copy engine gathers them into batches: span_vmm_copy.h); blocks
+ * cross the physical boundaries inside the registration. Then, over the
+ * twin, a transfer whose second half lies past the registration's end:
+ * those blocks alone are refused, the others land. */
+TEST_P(SPAN_GPU_PAIR, many_blocks_in_one_transfer)
+{
+    ucs_status_t status = map(7);
+
+    if ((status == UCS_ERR_UNSUPPORTED) &&
+        (gcase().kind == SPAN_GPU_MALLOC_PAIR)) {
+        GTEST_SKIP() << "the driver placed no block right after the other";
+    }
+    if (native_refused("blocks", status)) {
+        return;
+    }
+    ASSERT_EQ(UCS_OK, status);
+    const size_t block = 4096 + 16, start = m_region.reg_offset;
+    const size_t count = std::min<size_t>(512, m_region.reg_length /
+                                               (2 * block));
+    const size_t len   = 2 * block * count;
+    std::vector<ucs_status_t> st(count, UCS_ERR_LAST);
+    std::vector<uint8_t> host(len);
+    span_gpu_buf_t local;
+    size_t wrong = 0, failed = 0;
+
+    ASSERT_GT(count, 1u);
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local));
+    span_pair_fill(host.data(), len, 9, start);
+    ASSERT_EQ(UCS_OK, span_gpu_copy(local.ptr, host.data(), len));
+    span_pair_rma_blocks(&m_pair, &m_region, start, local.ptr, block,
+                         2 * block, count, 0, 0, st.data());
+    for (size_t i = 0; i < count; ++i) {
+        failed += (st[i] != UCS_OK);
+        wrong  += span_pair_check(&m_pair, &m_region, start + 2 * i * block,
+                                  block, 9);
+        wrong  += span_pair_check(&m_pair, &m_region,
+                                  start + (2 * i + 1) * block, block, 7);
+    }
+    ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 7));
+    span_pair_rma_blocks(&m_pair, &m_region, start, local.ptr, block,
+                         2 * block, count, 1, 0, st.data());
+    ASSERT_EQ(UCS_OK, span_gpu_copy(host.data(), local.ptr, len));
+    for (size_t i = 0; i < count; ++i) {
+        failed += (st[i] != UCS_OK);
+        wrong  += span_pair_mismatches(&host[2 * i * block], block, 7,
+                                       start + 2 * i * block);
+        wrong  += span_pair_mismatches(&host[(2 * i + 1) * block], block, 9,
+                                       start + (2 * i + 1) * block);
+    }
+    if (checked()) {
+        EXPECT_EQ(0u, wrong);
+        EXPECT_EQ(0u, failed);
+    }
+    char result[256];
+    snprintf(result, sizeof(result), "%zu blocks of %zu put+get | %zu bytes "
+             "wrong | %zu ops failed", count, block, wrong, failed);
+    report("blocks", result);
+    if (twin()) {
+        blocks_past_the_end(local, block, count);
+    }
+    span_gpu_free(&local);
+}
+
+/* The target is killed halfway through posting a transfer of many
+ * blocks: every op completes (with its status), nothing hangs or
+ * crashes, and the initiator tears down */
+TEST_P(SPAN_GPU_PAIR, the_peer_exits_amid_many_blocks)
+{
+    if ((gcase().kind == SPAN_GPU_EXTERNAL) ||
+        (gcase().kind == SPAN_GPU_MALLOC_PAIR)) {
+        GTEST_SKIP() << "one case of each allocator is enough";
+    }
+    ucs_status_t status = map(7);
+    if (native_refused("peer exits", status)) {
+        return;
+    }
+    ASSERT_EQ(UCS_OK, status);
+    const size_t block = 16384;
+    const size_t count = std::min<size_t>(1024, m_region.reg_length /
+                                                (2 * block));
+    std::vector<ucs_status_t> st(count, UCS_ERR_LAST);
+    span_gpu_buf_t local;
+
+    ASSERT_GT(count, 1u);
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, 2 * block * count, 0,
+                                     NULL, &local));
+    span_pair_rma_blocks(&m_pair, &m_region, m_region.reg_offset, local.ptr,
+                         block, 2 * block, count, 0, count / 2, st.data());
+    size_t done = 0;
+    for (auto s : st) {
+        done += (s != UCS_ERR_LAST);
+    }
+    EXPECT_EQ(count, done);
+    char result[256];
+    snprintf(result, sizeof(result), "%zu/%zu blocks completed | the target "
+             "killed after %zu | -", done, count, count / 2);
+    report("peer exits", result); /* reads the pair's endpoint */
+    span_pair_unmap(&m_pair, &m_region);
+    m_mapped  = false;
+    m_started = false;
+    EXPECT_NE(0, span_pair_stop(&m_pair)) << "the target was killed";
     span_gpu_free(&local);
 }
 #endif

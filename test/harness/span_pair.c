@@ -1393,6 +1393,48 @@ ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
     return span_pair_flush(pair, status);
 }
 
+ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
+                                  span_pair_region_t *region, size_t offset,
+                                  void *local, size_t block, size_t stride,
+                                  size_t count, int get, size_t kill_at,
+                                  ucs_status_t *statuses)
+{
+    ucs_status_t status = UCS_OK, st;
+    void **requests     = calloc(count, sizeof(*requests));
+    ucp_request_param_t param;
+    uint64_t remote;
+    uint8_t *buf;
+    size_t i;
+
+    if (requests == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    span_pair_op_param(pair, &param);
+    for (i = 0; i < count; ++i) {
+        buf         = (uint8_t*)local + (i * stride);
+        remote      = region->base + offset + (i * stride);
+        requests[i] = get ?
+                      ucp_get_nbx(pair->ep, buf, block, remote, region->rkey,
+                                  &param) :
+                      ucp_put_nbx(pair->ep, buf, block, remote, region->rkey,
+                                  &param);
+        if ((i + 1 == kill_at) && (span_pair_kill_target(pair) != UCS_OK)) {
+            status = UCS_ERR_UNSUPPORTED;
+        }
+    }
+    for (i = 0; i < count; ++i) {
+        st = span_pair_wait_target(pair, requests[i]);
+        if (statuses != NULL) {
+            statuses[i] = st;
+        }
+        if (status == UCS_OK) {
+            status = st;
+        }
+    }
+    free(requests);
+    return span_pair_flush(pair, status);
+}
+
 ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
                               size_t offset, ucp_atomic_op_t op,
                               uint64_t value, uint64_t compare,

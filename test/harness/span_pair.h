@@ -175,6 +175,16 @@ ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
                            size_t offset, const void *buf, size_t length);
 ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
                            size_t offset, void *buf, size_t length);
+/* count puts (or gets) of block bytes each, block i between local + i *
+ * stride and the region at offset + i * stride, all posted before one
+ * flush (as NIXL posts a transfer of many blocks); with kill_at > 0, the
+ * target is killed after that many are posted. The first failure; each
+ * block's in statuses where not NULL. */
+ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
+                                  span_pair_region_t *region, size_t offset,
+                                  void *local, size_t block, size_t stride,
+                                  size_t count, int get, size_t kill_at,
+                                  ucs_status_t *statuses);
 ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
                               size_t offset, ucp_atomic_op_t op,
                               uint64_t value, uint64_t compare,

@@ -71,7 +71,7 @@ ucs_config_field_t span_md_config_table[] = {
      "the latency of one copy. 0 or 1: every op alone, as cuda_ipc copies.",
      ucs_offsetof(span_md_config_t, copy_batch), UCS_CONFIG_TYPE_UINT},
 
-    {"COPY_KERNEL_MAX", "256k",
+    {"COPY_KERNEL_MAX", "1m",
      "The largest piece of a batch that span's copy kernel moves (on the\n"
      "GPU's SMs, 64 KiB per thread block); larger pieces take the copy\n"
      "engine, as cuda_ipc's copies do. 0: no kernel, every op alone.",

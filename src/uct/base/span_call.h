@@ -12,16 +12,19 @@
 
 /* Calls _lib._func(...), where _args is the text of the arguments, and
  * evaluates to what it returns, of _type; where _failed(result) holds,
- * logs "span <_name>: <_func>(<_args>) failed: <words>", the words
- * written by _error(result, buf, size) */
-#define SPAN_CALL(_name, _lib, _type, _failed, _error, _func, _args, ...) \
+ * logs at _level (a ucs_log_level_t: an error where the caller fails, a
+ * warning where it goes on, debug where a failure is an answer, such as
+ * "host memory") "span <_name>: <_func>(<_args>) failed: <words>", the
+ * words written by _error(result, buf, size) only where that level logs */
+#define SPAN_CALL(_level, _name, _lib, _type, _failed, _error, _func, _args, \
+                  ...) \
     ({ \
         _type _span_result = (_lib)._func(__VA_ARGS__); \
         char _span_words[128]; \
         if (_failed(_span_result)) { \
-            ucs_error("span %s: %s(%s) failed: %s", _name, #_func, _args, \
-                      _error(_span_result, _span_words, \
-                             sizeof(_span_words))); \
+            ucs_log(_level, "span %s: %s(%s) failed: %s", _name, #_func, \
+                    _args, _error(_span_result, _span_words, \
+                                  sizeof(_span_words))); \
         } \
         _span_result; \
     })

@@ -59,14 +59,19 @@ static void span_cuda_copy_cleanup(void *vendor)
         if (cuda->dev[i].stream == NULL) {
             continue;
         }
-        if (cuda->dev[i].module != NULL) {
-            span_libcuda.cuCtxPushCurrent(cuda->dev[i].ctx);
-            span_libcuda.cuModuleUnload(cuda->dev[i].module);
-            span_libcuda.cuCtxPopCurrent(&ctx);
+        if ((cuda->dev[i].module != NULL) &&
+            (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPushCurrent,
+                               cuda->dev[i].ctx) == CUDA_SUCCESS)) {
+            SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuModuleUnload,
+                              cuda->dev[i].module);
+            SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPopCurrent, &ctx);
         }
-        span_libcuda.cuStreamDestroy(cuda->dev[i].stream);
-        if (span_libcuda.cuDeviceGet(&cu_dev, i) == CUDA_SUCCESS) {
-            span_libcuda.cuDevicePrimaryCtxRelease(cu_dev);
+        SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuStreamDestroy,
+                          cuda->dev[i].stream);
+        if (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuDeviceGet, &cu_dev, i) ==
+            CUDA_SUCCESS) {
+            SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuDevicePrimaryCtxRelease,
+                              cu_dev);
         }
     }
 }
@@ -85,13 +90,14 @@ static ucs_status_t span_cuda_copy_stream(span_cuda_copy_t *cuda, int device)
         ucs_error("span cuda copy: no primary context on device %d", device);
         return UCS_ERR_NO_DEVICE;
     }
-    span_libcuda.cuCtxPushCurrent(ctx);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPushCurrent, ctx);
     res = SPAN_LIBCUDA_CALL(cuStreamCreate, &dev->stream,
                             CU_STREAM_NON_BLOCKING);
-    span_libcuda.cuCtxPopCurrent(&ctx);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPopCurrent, &ctx);
     if (res != CUDA_SUCCESS) {
         ucs_error("span cuda copy: no stream on device %d", device);
-        span_libcuda.cuDevicePrimaryCtxRelease(cu_dev);
+        SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuDevicePrimaryCtxRelease,
+                          cu_dev);
         dev->stream = NULL;
         return UCS_ERR_NO_RESOURCE;
     }
@@ -111,9 +117,9 @@ static ucs_status_t span_cuda_copy_route(void *vendor, span_vmm_map_t *map,
     span_cuda_copy_t *cuda = vendor;
     int device;
 
-    op->host = span_libcuda.cuPointerGetAttribute(
-                       &device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                       (CUdeviceptr)local) != CUDA_SUCCESS;
+    op->host = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuPointerGetAttribute,
+                                 &device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 (CUdeviceptr)local) != CUDA_SUCCESS;
     if (op->host) {
         device = map->device;
     }
@@ -149,11 +155,11 @@ static int span_cuda_copy_enter(CUcontext ctx)
 {
     CUcontext cur = NULL;
 
-    span_libcuda.cuCtxGetCurrent(&cur);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxGetCurrent, &cur);
     if (cur == ctx) {
         return 0;
     }
-    span_libcuda.cuCtxPushCurrent(ctx);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPushCurrent, ctx);
     return 1;
 }
 
@@ -162,7 +168,7 @@ static void span_cuda_copy_leave(int pushed)
     CUcontext ctx;
 
     if (pushed) {
-        span_libcuda.cuCtxPopCurrent(&ctx);
+        SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPopCurrent, &ctx);
     }
 }
 
@@ -189,7 +195,7 @@ static ucs_status_t span_cuda_copy_signal_create(void *vendor, int device,
 static void span_cuda_copy_signal_destroy(void *vendor,
                                           span_vmm_copy_signal_t *signal)
 {
-    span_libcuda.cuEventDestroy(signal->ptr);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuEventDestroy, signal->ptr);
 }
 
 /* The copies go in the device's context (its stream's), made current for
@@ -228,7 +234,7 @@ static ucs_status_t span_cuda_copy_end(void *vendor,
     if ((queued > 0) &&
         (SPAN_LIBCUDA_CALL(cuEventRecord, op->signal.ptr, stream) !=
          CUDA_SUCCESS)) {
-        span_libcuda.cuStreamSynchronize(stream);
+        SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuStreamSynchronize, stream);
         status = UCS_ERR_IO_ERROR;
     }
     span_cuda_copy_leave(cuda->pushed);
@@ -248,7 +254,7 @@ static ucs_status_t span_cuda_copy_query(void *vendor,
 
 static void span_cuda_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
 {
-    span_libcuda.cuEventSynchronize(signal->ptr);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuEventSynchronize, signal->ptr);
 }
 
 #if HAVE_CUDA_KERNEL
@@ -263,12 +269,14 @@ static ucs_status_t span_cuda_copy_kernel(span_cuda_copy_t *cuda, int device)
     if (dev->kernel != NULL) {
         return UCS_OK;
     }
-    res = span_libcuda.cuModuleLoadData(&dev->module, span_cuda_kernel_image);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuModuleLoadData, &dev->module,
+                            span_cuda_kernel_image);
     if (res == CUDA_SUCCESS) {
-        res = span_libcuda.cuModuleGetFunction(&dev->kernel, dev->module,
-                                               SPAN_CUDA_KERNEL_NAME);
+        res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuModuleGetFunction,
+                                &dev->kernel, dev->module,
+                                SPAN_CUDA_KERNEL_NAME);
         if (res != CUDA_SUCCESS) {
-            span_libcuda.cuModuleUnload(dev->module);
+            SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuModuleUnload, dev->module);
         }
     }
     if (res != CUDA_SUCCESS) {

@@ -16,14 +16,15 @@ static CUresult span_cuda_range_in_ctx(CUdeviceptr addr, CUdeviceptr *base,
     CUresult res;
     int ordinal;
 
-    res = span_libcuda.cuPointerGetAttribute(&ordinal,
-                                             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                             addr);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuPointerGetAttribute,
+                            &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                            addr);
     if ((res != CUDA_SUCCESS) ||
         ((res = span_libcuda_primary_push(ordinal)) != CUDA_SUCCESS)) {
         return res;
     }
-    res = span_libcuda.cuMemGetAddressRange(base, size, addr);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuMemGetAddressRange, base,
+                            size, addr);
     span_libcuda_primary_pop(ordinal);
     return res;
 }
@@ -36,7 +37,8 @@ static ucs_status_t span_cuda_range(uint64_t addr, uint64_t *base_p,
     size_t size;
     CUresult res;
 
-    res = span_libcuda.cuMemGetAddressRange(&base, &size, addr);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuMemGetAddressRange, &base,
+                            &size, addr);
     if (res == CUDA_ERROR_INVALID_CONTEXT) {
         res = span_cuda_range_in_ctx(addr, &base, &size);
     }
@@ -56,8 +58,8 @@ static ucs_status_t span_cuda_buffer_id(uint64_t addr, uint64_t *id_p)
     char buf[128];
     CUresult res;
 
-    res = span_libcuda.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                             addr);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuPointerGetAttribute, &id,
+                            CU_POINTER_ATTRIBUTE_BUFFER_ID, addr);
     if (res != CUDA_SUCCESS) {
         ucs_debug("span cuda: no buffer id for 0x%" PRIx64 ": %s", addr,
                   span_libcuda_error(res, buf, sizeof(buf)));
@@ -74,13 +76,13 @@ static ucs_status_t span_cuda_vmm_device(uint64_t addr, int *device_p)
     unsigned long long types = 0;
     int ordinal;
 
-    if ((span_libcuda.cuPointerGetAttribute(
-                 &types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, addr) !=
-         CUDA_SUCCESS) ||
+    if ((SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuPointerGetAttribute, &types,
+                           CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                           addr) != CUDA_SUCCESS) ||
         !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
-        (span_libcuda.cuPointerGetAttribute(
-                 &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr) !=
-         CUDA_SUCCESS)) {
+        (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuPointerGetAttribute, &ordinal,
+                           CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                           addr) != CUDA_SUCCESS)) {
         return UCS_ERR_UNSUPPORTED;
     }
     *device_p = ordinal;
@@ -98,14 +100,15 @@ static ucs_status_t span_cuda_export_fd(uint64_t base, int *fd_p)
     CUresult res;
 
     if (!span_libcuda_load(SPAN_LIBCUDA_VMM) ||
-        (span_libcuda.cuMemRetainAllocationHandle(&handle, (void*)base) !=
-         CUDA_SUCCESS)) {
+        (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuMemRetainAllocationHandle,
+                           &handle, (void*)base) != CUDA_SUCCESS)) {
         return UCS_ERR_UNSUPPORTED;
     }
     /* the export is the check: no query of the handle's types first */
-    res = span_libcuda.cuMemExportToShareableHandle(
-            fd_p, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    span_libcuda.cuMemRelease(handle);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuMemExportToShareableHandle,
+                            fd_p, handle,
+                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuMemRelease, handle);
     if ((res == CUDA_ERROR_INVALID_VALUE) || (res == CUDA_ERROR_NOT_SUPPORTED) ||
         (res == CUDA_ERROR_NOT_PERMITTED)) {
         ucs_debug("span cuda: the allocation at 0x%" PRIx64 " cannot be "

@@ -21,7 +21,8 @@ static ucs_status_t span_cuda_vmm_enter(int *device_p, int *entered_p)
     if (!span_libcuda_load(SPAN_LIBCUDA_VMM)) {
         return UCS_ERR_NO_DEVICE;
     }
-    if ((span_libcuda.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) &&
+    if ((SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxGetCurrent, &ctx) ==
+         CUDA_SUCCESS) &&
         (ctx != NULL)) {
         if (SPAN_CUDA_CALL_LOG_ERR(cuCtxGetDevice, &dev) != UCS_OK) {
             return UCS_ERR_NO_DEVICE;

@@ -48,14 +48,15 @@ CUresult span_libcuda_primary_push(int device)
     CUdevice dev;
     CUresult res;
 
-    if (((res = span_libcuda.cuDeviceGet(&dev, device)) != CUDA_SUCCESS) ||
-        ((res = span_libcuda.cuDevicePrimaryCtxRetain(&ctx, dev)) !=
-         CUDA_SUCCESS)) {
+    if (((res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuDeviceGet, &dev,
+                                  device)) != CUDA_SUCCESS) ||
+        ((res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuDevicePrimaryCtxRetain,
+                                  &ctx, dev)) != CUDA_SUCCESS)) {
         return res;
     }
-    res = span_libcuda.cuCtxPushCurrent(ctx);
+    res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPushCurrent, ctx);
     if (res != CUDA_SUCCESS) {
-        span_libcuda.cuDevicePrimaryCtxRelease(dev);
+        SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuDevicePrimaryCtxRelease, dev);
     }
     return res;
 }
@@ -65,9 +66,10 @@ void span_libcuda_primary_pop(int device)
     CUcontext ctx;
     CUdevice dev;
 
-    span_libcuda.cuCtxPopCurrent(&ctx);
-    if (span_libcuda.cuDeviceGet(&dev, device) == CUDA_SUCCESS) {
-        span_libcuda.cuDevicePrimaryCtxRelease(dev);
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPopCurrent, &ctx);
+    if (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuDeviceGet, &dev, device) ==
+        CUDA_SUCCESS) {
+        SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuDevicePrimaryCtxRelease, dev);
     }
 }
 

@@ -98,7 +98,11 @@ const char *span_libcuda_error(CUresult res, char *buf, size_t size);
  *   span cuda: cuMemcpyAsync(dst, src, length, stream) failed:
  *   CUDA_ERROR_INVALID_VALUE: invalid argument */
 #define SPAN_LIBCUDA_CALL(_func, ...) \
-    SPAN_CALL("cuda", span_libcuda, CUresult, SPAN_LIBCUDA_FAILED, \
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_ERROR, _func, __VA_ARGS__)
+
+/* The same, logged at _level (span_call.h) */
+#define SPAN_LIBCUDA_FUNC(_level, _func, ...) \
+    SPAN_CALL(_level, "cuda", span_libcuda, CUresult, SPAN_LIBCUDA_FAILED, \
               span_libcuda_error, _func, #__VA_ARGS__, __VA_ARGS__)
 
 /* The same, as a status: UCS_OK, or UCS_ERR_IO_ERROR where it failed */

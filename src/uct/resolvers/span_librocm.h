@@ -88,8 +88,13 @@ const char *span_librocm_hsa_error(hsa_status_t status, char *buf,
  *   span rocm: hsa_signal_create(0, 0, NULL, &hsa) failed:
  *   HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate ... */
 #define SPAN_LIBROCM_HSA_CALL(_func, ...) \
-    SPAN_CALL("rocm", span_librocm, hsa_status_t, SPAN_LIBROCM_HSA_FAILED, \
-              span_librocm_hsa_error, _func, #__VA_ARGS__, __VA_ARGS__)
+    SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_ERROR, _func, __VA_ARGS__)
+
+/* The same, logged at _level (span_call.h) */
+#define SPAN_LIBROCM_HSA_FUNC(_level, _func, ...) \
+    SPAN_CALL(_level, "rocm", span_librocm, hsa_status_t, \
+              SPAN_LIBROCM_HSA_FAILED, span_librocm_hsa_error, _func, \
+              #__VA_ARGS__, __VA_ARGS__)
 
 /* HIP's words for err ("hipErrorOutOfMemory: out of memory"), in buf, or
  * its number where HIP has none */
@@ -100,8 +105,14 @@ const char *span_librocm_error(hipError_t err, char *buf, size_t size);
 /* Calls HIP's _func, and logs a failure as an error, naming the call and
  * HIP's words: UCS_OK, or UCS_ERR_IO_ERROR where it failed */
 #define SPAN_HIP_CALL_LOG_ERR(_func, ...) \
-    ((SPAN_CALL("rocm", span_librocm, hipError_t, SPAN_LIBROCM_HIP_FAILED, \
-                span_librocm_error, _func, #__VA_ARGS__, __VA_ARGS__) == \
+    ((SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_ERROR, _func, __VA_ARGS__) == \
       hipSuccess) ? UCS_OK : UCS_ERR_IO_ERROR)
+
+/* Calls HIP's _func and evaluates to its hipError_t; a failure is logged
+ * at _level (span_call.h) */
+#define SPAN_LIBROCM_HIP_FUNC(_level, _func, ...) \
+    SPAN_CALL(_level, "rocm", span_librocm, hipError_t, \
+              SPAN_LIBROCM_HIP_FAILED, span_librocm_error, _func, \
+              #__VA_ARGS__, __VA_ARGS__)
 
 #endif

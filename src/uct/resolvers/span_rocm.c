@@ -22,8 +22,9 @@ static int span_rocm_host_memory(uint64_t addr)
     hsa_amd_pointer_info_t info = {.size = sizeof(info)};
     hsa_device_type_t type;
 
-    if (span_librocm.hsa_amd_pointer_info((void*)addr, &info, NULL, NULL,
-                                          NULL) != HSA_STATUS_SUCCESS) {
+    if (SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_DEBUG, hsa_amd_pointer_info,
+                              (void*)addr, &info, NULL, NULL,
+                              NULL) != HSA_STATUS_SUCCESS) {
         return 0;
     }
     if (info.type == HSA_EXT_POINTER_TYPE_LOCKED) {
@@ -31,9 +32,9 @@ static int span_rocm_host_memory(uint64_t addr)
     }
     return (info.type == HSA_EXT_POINTER_TYPE_HSA) &&
            (info.agentOwner.handle != 0) &&
-           (span_librocm.hsa_agent_get_info(info.agentOwner,
-                                            HSA_AGENT_INFO_DEVICE, &type) ==
-            HSA_STATUS_SUCCESS) &&
+           (SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_DEBUG, hsa_agent_get_info,
+                                  info.agentOwner, HSA_AGENT_INFO_DEVICE,
+                                  &type) == HSA_STATUS_SUCCESS) &&
            (type == HSA_DEVICE_TYPE_CPU);
 }
 
@@ -45,8 +46,8 @@ static ucs_status_t span_rocm_range(uint64_t addr, uint64_t *base_p,
     char buf[128];
     hipError_t err;
 
-    err = span_librocm.hipMemGetAddressRange(&base, &size,
-                                             (hipDeviceptr_t)addr);
+    err = SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG, hipMemGetAddressRange,
+                                &base, &size, (hipDeviceptr_t)addr);
     if (err != hipSuccess) {
         ucs_debug("span rocm: hipMemGetAddressRange(0x%" PRIx64 ") failed: %s",
                   addr, span_librocm_error(err, buf, sizeof(buf)));
@@ -70,9 +71,9 @@ static ucs_status_t span_rocm_buffer_id(uint64_t addr, uint64_t *id_p)
     char buf[128];
     hipError_t err;
 
-    err = span_librocm.hipPointerGetAttribute(&id,
-                                              HIP_POINTER_ATTRIBUTE_BUFFER_ID,
-                                              (hipDeviceptr_t)addr);
+    err = SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG, hipPointerGetAttribute,
+                                &id, HIP_POINTER_ATTRIBUTE_BUFFER_ID,
+                                (hipDeviceptr_t)addr);
     if ((err != hipSuccess) || (id == 0)) {
         ucs_debug("span rocm: no buffer id for 0x%" PRIx64 ": %s", addr,
                   span_librocm_error(err, buf, sizeof(buf)));
@@ -89,13 +90,14 @@ static ucs_status_t span_rocm_vmm_device(uint64_t addr, int *device_p)
     uint64_t types = 0;
     int ordinal    = -1;
 
-    if ((span_librocm.hipPointerGetAttribute(
-                 &types, HIP_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
-                 (hipDeviceptr_t)addr) != hipSuccess) ||
+    if ((SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG, hipPointerGetAttribute,
+                               &types,
+                               HIP_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                               (hipDeviceptr_t)addr) != hipSuccess) ||
         !(types & hipMemHandleTypePosixFileDescriptor) ||
-        (span_librocm.hipPointerGetAttribute(
-                 &ordinal, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                 (hipDeviceptr_t)addr) != hipSuccess) ||
+        (SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG, hipPointerGetAttribute,
+                               &ordinal, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                               (hipDeviceptr_t)addr) != hipSuccess) ||
         (ordinal < 0)) {
         return UCS_ERR_UNSUPPORTED;
     }
@@ -115,14 +117,16 @@ ucs_status_t span_rocm_vmm_export_fd(uint64_t base, int *fd_p)
     int fd = -1;
 
     if (!span_librocm_load(SPAN_LIBROCM_VMM) ||
-        (span_librocm.hipMemRetainAllocationHandle(&handle, (void*)base) !=
-         hipSuccess)) {
+        (SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG,
+                               hipMemRetainAllocationHandle, &handle,
+                               (void*)base) != hipSuccess)) {
         return UCS_ERR_UNSUPPORTED;
     }
     /* the export is the check: no query of the handle's types first */
-    err = span_librocm.hipMemExportToShareableHandle(
-            &fd, handle, hipMemHandleTypePosixFileDescriptor, 0);
-    span_librocm.hipMemRelease(handle);
+    err = SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG,
+                                hipMemExportToShareableHandle, &fd, handle,
+                                hipMemHandleTypePosixFileDescriptor, 0);
+    SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_WARN, hipMemRelease, handle);
     if ((err == hipErrorInvalidValue) || (err == hipErrorNotSupported)) {
         ucs_debug("span rocm: the allocation at 0x%" PRIx64 " cannot be "
                   "shared as a POSIX fd: %s", base,

@@ -38,7 +38,7 @@ static ucs_status_t span_rocm_copy_init(void *vendor,
 
 static void span_rocm_copy_cleanup(void *vendor)
 {
-    span_librocm.hsa_shut_down();
+    SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_WARN, hsa_shut_down);
 }
 
 /* The agent that copies and the device given access to the mapping, for
@@ -56,8 +56,9 @@ static ucs_status_t span_rocm_copy_route(void *vendor, span_vmm_map_t *map,
     ucs_status_t status;
     int device;
 
-    if ((span_librocm.hsa_amd_pointer_info(local, &info, NULL, NULL, NULL) !=
-         HSA_STATUS_SUCCESS) ||
+    if ((SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_DEBUG, hsa_amd_pointer_info, local,
+                               &info, NULL, NULL,
+                               NULL) != HSA_STATUS_SUCCESS) ||
         (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN)) {
         goto err;
     }
@@ -66,16 +67,17 @@ static ucs_status_t span_rocm_copy_route(void *vendor, span_vmm_map_t *map,
     if (op->host) {
         owned     = remote;
         info.size = sizeof(info);
-        if ((span_librocm.hsa_amd_pointer_info(remote, &info, NULL, NULL,
-                                               NULL) != HSA_STATUS_SUCCESS) ||
+        if ((SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_DEBUG, hsa_amd_pointer_info,
+                                   remote, &info, NULL, NULL,
+                                   NULL) != HSA_STATUS_SUCCESS) ||
             (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN)) {
             goto err;
         }
     }
     if ((info.agentOwner.handle == 0) ||
-        (span_librocm.hipPointerGetAttribute(
-                 &device, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                 (hipDeviceptr_t)owned) != hipSuccess)) {
+        (SPAN_LIBROCM_HIP_FUNC(UCS_LOG_LEVEL_DEBUG, hipPointerGetAttribute,
+                               &device, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                               (hipDeviceptr_t)owned) != hipSuccess)) {
         goto err;
     }
     status = span_vmm_access(map, device);
@@ -108,7 +110,8 @@ static ucs_status_t span_rocm_copy_signal_create(void *vendor, int device,
 static void span_rocm_copy_signal_destroy(void *vendor,
                                           span_vmm_copy_signal_t *signal)
 {
-    span_librocm.hsa_signal_destroy(span_rocm_copy_hsa(signal));
+    SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_WARN, hsa_signal_destroy,
+                          span_rocm_copy_hsa(signal));
 }
 
 /* The signal counts the op's copies down */
@@ -132,8 +135,9 @@ static ucs_status_t span_rocm_copy_addr(uint8_t *local, size_t length,
     hsa_amd_pointer_info_t info = {.size = sizeof(info)};
     uint8_t *host, *agent;
 
-    if ((span_librocm.hsa_amd_pointer_info(local, &info, NULL, NULL, NULL) !=
-         HSA_STATUS_SUCCESS) ||
+    if ((SPAN_LIBROCM_HSA_FUNC(UCS_LOG_LEVEL_DEBUG, hsa_amd_pointer_info, local,
+                               &info, NULL, NULL,
+                               NULL) != HSA_STATUS_SUCCESS) ||
         (info.type != HSA_EXT_POINTER_TYPE_LOCKED)) {
         goto err;
     }

@@ -3,7 +3,9 @@
  * A call of a runtime span loads (libcuda, HSA) whose failure is logged
  * with the call as written and the runtime's words for the error, as UCX's
  * UCT_CUDADRV_FUNC_LOG_ERR logs one. Each loader defines its macro on this
- * one (SPAN_LIBCUDA_CALL, SPAN_LIBROCM_HSA_CALL).
+ * one (SPAN_LIBCUDA_CALL, SPAN_LIBROCM_HSA_CALL). Every call that returns
+ * a status goes through it; only calls that return none (HSA's signal
+ * values) and those that render an error's words are made directly.
  */
 #ifndef SPAN_CALL_H_
 #define SPAN_CALL_H_

@@ -17,7 +17,8 @@ import libucx  # noqa: E402
 libs = libucx.load_library()
 if order == "ucx-first":
     ucx_span.enable(tls="cma+,self+")
-ucp = libs[3]
+# libucx's list of the libraries it loaded: its order differs by release
+ucp = next(lib for lib in libs if "libucp" in lib._name)
 
 
 class Params(ctypes.Structure):

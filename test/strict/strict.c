@@ -118,9 +118,30 @@ static ucs_config_field_t strict_md_config_table[] = {
 
 /* --- memory domain ------------------------------------------------------ */
 
-static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
+/* The caller's uct_md_attr_v2_t, as its UCX lays it out: 1.22's whole;
+ * 1.18 to 1.21 end before required_mem_flags; 1.17 also lacks
+ * gva_mem_types, between cache_mem_types and detect_mem_types
+ * (ucs_module_global_init tells them apart) */
+static size_t strict_attr_size = sizeof(uct_md_attr_v2_t);
+static int    strict_attr_no_gva;
+
+static void strict_md_attr_export(const uct_md_attr_v2_t *attr, void *out)
+{
+    const size_t gva = ucs_offsetof(uct_md_attr_v2_t, gva_mem_types);
+
+    if (!strict_attr_no_gva) {
+        memcpy(out, attr, strict_attr_size);
+        return;
+    }
+    memcpy(out, attr, gva);
+    memcpy((char*)out + gva, (const char*)attr + gva + sizeof(uint64_t),
+           strict_attr_size - gva);
+}
+
+static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *out)
 {
     strict_md_t *smd = (strict_md_t*)md;
+    uct_md_attr_v2_t full, *attr = &full;
 
     memset(attr, 0, sizeof(*attr));
     attr->max_reg          = smd->report_max_reg ? smd->max_mr_size : SIZE_MAX;
@@ -131,6 +152,7 @@ static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *attr)
     attr->reg_alignment    = 1;
     ucs_strncpy_zero(attr->component_name, strict_component.name,
                      sizeof(attr->component_name));
+    strict_md_attr_export(attr, out);
     return UCS_OK;
 }
 
@@ -643,6 +665,16 @@ ucs_module_global_init(void)
     /* UCX 1.18 and earlier (no uct_rkey_unpack_v2) pass no params */
     if (dlsym(RTLD_DEFAULT, "uct_rkey_unpack_v2") == NULL) {
         strict_component.rkey_unpack = (void*)strict_rkey_unpack_1_18;
+    }
+    /* uct_md_attr_v2_t: 1.21 and earlier (no SGL ops) end it before
+     * required_mem_flags, 1.17 and earlier (no uct_iface_fill_info_str_buf,
+     * which came with 1.18) have no gva_mem_types either */
+    if (dlsym(RTLD_DEFAULT, "uct_ep_put_sgl_zcopy") == NULL) {
+        strict_attr_size = ucs_offsetof(uct_md_attr_v2_t, required_mem_flags);
+    }
+    if (dlsym(RTLD_DEFAULT, "uct_iface_fill_info_str_buf") == NULL) {
+        strict_attr_no_gva = 1;
+        strict_attr_size  -= sizeof(uint64_t);
     }
     strict_tl.config = strict_cma_tl->config; /* UCX_CMA_* configure it */
     ucs_list_head_init(&strict_tl.config.list);

@@ -61,7 +61,7 @@ static ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *out)
     attr->max_reg          = SIZE_MAX;
     ucs_strncpy_zero(attr->component_name, md->component->name,
                      sizeof(attr->component_name));
-    memcpy(out, attr, span_ucx->md_attr_v2_size);
+    span_ucx_md_attr_export(attr, out);
     return UCS_OK;
 }
 
@@ -357,7 +357,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
     }
 
     smd->inner_attr.field_mask = UINT64_MAX;
-    status = uct_md_query_v2(smd->inner, &smd->inner_attr);
+    status = span_ucx_md_query(smd->inner, &smd->inner_attr);
     if (status != UCS_OK) {
         ucs_error("span md '%s': failed to query inner MD '%s': %s", md_name,
                   inner_name, ucs_status_string(status));

@@ -55,6 +55,7 @@
                                _md_ops_size) \
     { \
         .calls_1_18                = ((_minor) <= 18), \
+        .attr_no_gva               = ((_minor) <= 17), \
         .major                     = 1, \
         .minor                     = _minor, \
         .has_symbol                = _has, \
@@ -62,7 +63,9 @@
         .internal_ops_size         = \
                 sizeof(span_ucx_1_##_ops_minor##_internal_ops_t), \
         .md_ops_size               = _md_ops_size, \
-        .md_attr_v2_size           = SPAN_UCX_1_19_MD_ATTR_V2_SIZE, \
+        .md_attr_v2_size           = ((_minor) <= 17) ? \
+                                     SPAN_UCX_1_17_MD_ATTR_V2_SIZE : \
+                                     SPAN_UCX_1_19_MD_ATTR_V2_SIZE, \
         .query_v2_slot             = -1, \
         .put_sgl_slot              = -1, \
         .get_sgl_slot              = -1 \
@@ -70,6 +73,9 @@
 
 static const span_ucx_layout_t span_ucx_layouts[] = {
 #ifndef SPAN_UCX_TEST_FOREIGN
+    SPAN_UCX_LAYOUT_NO_SGL(17, 19, "uct_md_base_md_query",
+                           "uct_iface_fill_info_str_buf",
+                           SPAN_UCX_1_19_MD_OPS_SIZE),
     SPAN_UCX_LAYOUT_NO_SGL(18, 19, "uct_iface_fill_info_str_buf",
                            "uct_rkey_unpack_v2", SPAN_UCX_1_19_MD_OPS_SIZE),
     SPAN_UCX_LAYOUT_NO_SGL(19, 19, "uct_rkey_unpack_v2",

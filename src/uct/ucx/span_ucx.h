@@ -19,6 +19,7 @@
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/linear_func.h>
 #include <ucs/type/cpu_set.h>
+#include <string.h>
 
 /* --- ucs/debug/memtrack_int.h: what UCX allocates, UCX frees ---------- */
 
@@ -322,6 +323,10 @@ typedef struct span_ucx_layout {
     /* 1.18 and earlier: uct_md_ops_t.mem_alloc takes no sys_dev and
      * uct_component_t.rkey_unpack no params (span_ucx_*_1_18_func_t) */
     int        calls_1_18;
+    /* 1.17 and earlier: uct_md_attr_v2_t has no gva_mem_types, in the
+     * middle (span_ucx_md_attr_import/export), and a packed cuda_ipc key
+     * no handle type */
+    int        attr_no_gva;
 } span_ucx_layout_t;
 
 /* The layout of the UCX in the process; set by span_ucx_select() */
@@ -351,6 +356,44 @@ span_ucx_mem_alloc(const uct_md_ops_t *ops, uct_md_h md, size_t *length_p,
     }
     return ops->mem_alloc(md, length_p, address_p, mem_type, sys_dev, flags,
                           alloc_name, memh_p);
+}
+
+/* The MD attributes attr (1.22's layout) as the UCX in the process lays
+ * them out, into out (span_ucx->md_attr_v2_size bytes) */
+static inline void span_ucx_md_attr_export(const uct_md_attr_v2_t *attr,
+                                           void *out)
+{
+    const size_t gva = ucs_offsetof(uct_md_attr_v2_t, gva_mem_types);
+
+    if (!span_ucx->attr_no_gva) {
+        memcpy(out, attr, span_ucx->md_attr_v2_size);
+        return;
+    }
+    memcpy(out, attr, gva);
+    memcpy((char*)out + gva, (const char*)attr + gva + sizeof(uint64_t),
+           span_ucx->md_attr_v2_size - gva);
+}
+
+/* uct_md_query_v2 of md into attr, in 1.22's layout whatever the UCX in
+ * the process lays out (its fields the release lacks: 0) */
+static inline ucs_status_t span_ucx_md_query(uct_md_h md,
+                                             uct_md_attr_v2_t *attr)
+{
+    const size_t gva = ucs_offsetof(uct_md_attr_v2_t, gva_mem_types);
+    uct_md_attr_v2_t release;
+    ucs_status_t status;
+
+    if (!span_ucx->attr_no_gva) {
+        return uct_md_query_v2(md, attr);
+    }
+    memset(&release, 0, sizeof(release));
+    release.field_mask = attr->field_mask;
+    status             = uct_md_query_v2(md, &release);
+    memcpy(attr, &release, gva);
+    attr->gva_mem_types = 0;
+    memcpy((char*)attr + gva + sizeof(uint64_t), (char*)&release + gva,
+           span_ucx->md_attr_v2_size - gva);
+    return status;
 }
 
 /* A component's rkey_unpack, as the UCX in the process calls it */
@@ -388,7 +431,8 @@ int span_ucx_component_check(const uct_component_t *component);
 
 /* A packed cuda_ipc key (uct_cuda_ipc_rkey_t) begins with its handle type,
  * a 32-bit enum whose UCT_CUDA_IPC_KEY_HANDLE_TYPE_NO_IPC is 0: cuda_ipc
- * found no handle it can export for the memory (1.22 and 1.23 alike) */
+ * found no handle it can export for the memory (1.18 to 1.23; 1.17's key
+ * begins with a legacy IPC handle: span_ucx->attr_no_gva) */
 #define SPAN_CUDA_IPC_COMPONENT  "cuda_ipc"
 #define SPAN_CUDA_IPC_KEY_NO_IPC 0u
 

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * What UCX 1.18 to 1.21 lay out differently from 1.22 (read from
- * the v1.19.0, v1.20.0 and v1.21.0 sources; 1.16 to 1.18 share 1.19's
+ * What UCX 1.17 to 1.21 lay out differently from 1.22 (read from the
+ * v1.17.0, v1.19.0, v1.20.0 and v1.21.0 sources; 1.16 to 1.18 share 1.19's
  * internal ops): the internal ops of uct_base_iface_t, which have no SGL
  * ops in any of them, and uct_md_attr_v2_t, which ends before
- * required_mem_flags. Only span_ucx.c reads these, to fill its table.
+ * required_mem_flags (and in 1.17 lacks gva_mem_types). Only span_ucx.c
+ * reads these, to fill its table.
  */
 #ifndef SPAN_UCX_1_19_H_
 #define SPAN_UCX_1_19_H_
@@ -50,6 +51,11 @@ typedef struct span_ucx_1_21_internal_ops {
  * reg_alignment; 1.22 appends required_mem_flags */
 #define SPAN_UCX_1_19_MD_ATTR_V2_SIZE \
     ucs_offsetof(uct_md_attr_v2_t, required_mem_flags)
+
+/* uct_md_attr_v2_t of 1.16 and 1.17 lacks gva_mem_types too (between
+ * cache_mem_types and detect_mem_types) */
+#define SPAN_UCX_1_17_MD_ATTR_V2_SIZE \
+    (SPAN_UCX_1_19_MD_ATTR_V2_SIZE - sizeof(uint64_t))
 
 /* uct_md_ops_t: mem_elem_pack came with 1.21 (same place, another
  * argument type), mem_elem_release with 1.23 */

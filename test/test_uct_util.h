@@ -23,6 +23,24 @@ inline uct_component_h find_component(const char *name)
 
 typedef std::vector<std::pair<std::string, std::string>> md_options_t;
 
+/* uct_config_modify of a field named with its table's prefix ("SPAN_",
+ * "POSIX_"), as UCX 1.17 and later name it; UCX 1.16 names a table's own
+ * fields without it, and takes the name so where the prefixed one is no
+ * field */
+inline ucs_status_t config_modify(void *config, const std::string &name,
+                                  const std::string &value)
+{
+    ucs_status_t status = uct_config_modify(config, name.c_str(),
+                                            value.c_str());
+    size_t prefix       = name.find('_');
+
+    if ((status == UCS_ERR_NO_ELEM) && (prefix != std::string::npos)) {
+        status = uct_config_modify(config, name.substr(prefix + 1).c_str(),
+                                   value.c_str());
+    }
+    return status;
+}
+
 /* NULL where the MD does not open */
 inline uct_md_h open_md(uct_component_h component, const std::string &name,
                         const md_options_t &options = {})
@@ -34,8 +52,8 @@ inline uct_md_h open_md(uct_component_h component, const std::string &name,
         return NULL;
     }
     for (auto &o : options) {
-        EXPECT_EQ(UCS_OK, uct_config_modify(config, o.first.c_str(),
-                                            o.second.c_str())) << o.first;
+        EXPECT_EQ(UCS_OK, config_modify(config, o.first, o.second))
+                << o.first;
     }
     if (uct_md_open(component, name.c_str(), config, &md) != UCS_OK) {
         md = NULL;

@@ -124,6 +124,7 @@ static ucs_config_field_t strict_md_config_table[] = {
  * (ucs_module_global_init tells them apart) */
 static size_t strict_attr_size = sizeof(uct_md_attr_v2_t);
 static int    strict_attr_no_gva;
+static int    strict_config_fit;
 
 static void strict_md_attr_export(const uct_md_attr_v2_t *attr, void *out)
 {
@@ -661,6 +662,14 @@ ucs_module_global_init(void)
 
     if (status != UCS_OK) {
         return status;
+    }
+    /* UCX 1.16 and earlier parse fields with no doc (the table is laid
+     * out once) */
+    if (!strict_config_fit) {
+        span_ucx_config_fit_table(strict_md_config_table,
+                                  dlsym(RTLD_DEFAULT, "ucs_config_doc_nop") ==
+                                  NULL);
+        strict_config_fit = 1;
     }
     /* UCX 1.18 and earlier (no uct_rkey_unpack_v2) pass no params */
     if (dlsym(RTLD_DEFAULT, "uct_rkey_unpack_v2") == NULL) {

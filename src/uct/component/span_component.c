@@ -317,6 +317,7 @@ span_impl_global_init(void)
         return UCS_ERR_NO_MEMORY;
     }
     uct_component_register(&span_component);
+    span_ucx_config_fit(span_global_config_table); /* once: registered */
     ucs_list_add_tail(&ucs_config_global_list, &span_global_config_entry.list);
     span_component_registered = 1;
     return UCS_OK;

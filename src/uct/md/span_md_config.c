@@ -198,6 +198,7 @@ ucs_status_t span_md_config_extend(uct_component_t *span)
 
     made->count           = n_inner;
     span->md_config.size  = span_md_config_fill(made, n_own, span);
+    span_ucx_config_fit(made->fields);
     span->md_config.table = made->fields;
     made->prev            = span_md_config_made;
     __atomic_store_n(&span_md_config_made, made, __ATOMIC_RELEASE);

@@ -56,6 +56,7 @@
     { \
         .calls_1_18                = ((_minor) <= 18), \
         .attr_no_gva               = ((_minor) <= 17), \
+        .config_no_doc             = ((_minor) <= 16), \
         .major                     = 1, \
         .minor                     = _minor, \
         .has_symbol                = _has, \
@@ -73,6 +74,8 @@
 
 static const span_ucx_layout_t span_ucx_layouts[] = {
 #ifndef SPAN_UCX_TEST_FOREIGN
+    SPAN_UCX_LAYOUT_NO_SGL(16, 19, "uct_rkey_compare", "uct_md_base_md_query",
+                           SPAN_UCX_1_19_MD_OPS_SIZE),
     SPAN_UCX_LAYOUT_NO_SGL(17, 19, "uct_md_base_md_query",
                            "uct_iface_fill_info_str_buf",
                            SPAN_UCX_1_19_MD_OPS_SIZE),

@@ -324,9 +324,12 @@ typedef struct span_ucx_layout {
      * uct_component_t.rkey_unpack no params (span_ucx_*_1_18_func_t) */
     int        calls_1_18;
     /* 1.17 and earlier: uct_md_attr_v2_t has no gva_mem_types, in the
-     * middle (span_ucx_md_attr_import/export), and a packed cuda_ipc key
-     * no handle type */
+     * middle (span_ucx_md_query, span_ucx_md_attr_export), and a packed
+     * cuda_ipc key no handle type */
     int        attr_no_gva;
+    /* 1.16 and earlier: ucs_config_parser_t has no doc
+     * (span_ucx_config_fit) */
+    int        config_no_doc;
 } span_ucx_layout_t;
 
 /* The layout of the UCX in the process; set by span_ucx_select() */
@@ -394,6 +397,62 @@ static inline ucs_status_t span_ucx_md_query(uct_md_h md,
     memcpy((char*)attr + gva + sizeof(uint64_t), (char*)&release + gva,
            span_ucx->md_attr_v2_size - gva);
     return status;
+}
+
+/* ucs_config_field_t of UCX 1.16 and earlier: its parser has no doc
+ * (which came with 1.17, as did ucs_config_doc_nop, the doc of the
+ * UCS_CONFIG_TYPE_* initializers: referenced weakly, so that the plugin
+ * loads where it is absent) */
+typedef struct span_ucx_1_16_config_field {
+    const char *name;
+    const char *dfl_value;
+    const char *doc;
+    size_t     offset;
+    struct {
+        void       *read, *write, *clone, *release, *help;
+        const void *arg;
+    } parser;
+} span_ucx_1_16_config_field_t;
+
+#pragma weak ucs_config_doc_nop
+
+/* Lays table (ending with a NULL name) out in place as a UCX whose parser
+ * has no doc reads it, where no_doc: entries 8 bytes shorter, each moved
+ * down. Once per table: a table laid out so reads wrong as 1.17's. */
+static inline void span_ucx_config_fit_table(ucs_config_field_t *table,
+                                             int no_doc)
+{
+    span_ucx_1_16_config_field_t *out = (span_ucx_1_16_config_field_t*)table;
+    ucs_config_field_t field;
+    size_t i;
+
+    if (!no_doc) {
+        return;
+    }
+    /* entry i goes to out + i, which never passes the start of entry
+     * i + 1: it is read whole before its place is written */
+    for (i = 0;; ++i) {
+        field                 = table[i];
+        out[i].name           = field.name;
+        out[i].dfl_value      = field.dfl_value;
+        out[i].doc            = field.doc;
+        out[i].offset         = field.offset;
+        out[i].parser.read    = (void*)field.parser.read;
+        out[i].parser.write   = (void*)field.parser.write;
+        out[i].parser.clone   = (void*)field.parser.clone;
+        out[i].parser.release = (void*)field.parser.release;
+        out[i].parser.help    = (void*)field.parser.help;
+        out[i].parser.arg     = field.parser.arg;
+        if (field.name == NULL) {
+            return;
+        }
+    }
+}
+
+/* span_ucx_config_fit_table for the UCX in the process */
+static inline void span_ucx_config_fit(ucs_config_field_t *table)
+{
+    span_ucx_config_fit_table(table, span_ucx->config_no_doc);
 }
 
 /* A component's rkey_unpack, as the UCX in the process calls it */

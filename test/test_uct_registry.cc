@@ -51,12 +51,15 @@ protected:
         return (mode != NULL) && !strcmp(mode, "none");
     }
 
+    /* New memory at p, in one call: MAP_FIXED replaces what is mapped
+     * there, and UCM reports the range unmapped first. munmap, then mmap,
+     * would leave a hole in between that another thread's mmap may get,
+     * which MAP_FIXED then overwrites (issue 38: ASan's record of a new
+     * thread; remap_leaves_no_hole_another_thread_can_take). */
     static void *remap(void *p, size_t len)
     {
         if (hooks_off()) {
             ucm_vm_munmap(p, len);
-        } else if (munmap(p, len) != 0) {
-            return MAP_FAILED;
         }
         return mmap(p, len, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
@@ -185,8 +188,25 @@ TEST_F(registry, memory_mapped_again_is_registered_anew)
     uct_mem_h h1 = reg(buf, length);
     auto k1      = pack(h1);
 
-    /* free, and map new memory at the same address */
-    ASSERT_EQ(buf, remap(buf, length));
+    /* free, and map new memory at the same address: here with munmap, so
+     * that its hook is tested too (remap replaces in one call), and
+     * MAP_FIXED_NOREPLACE, which fails rather than overwrite a mapping that
+     * another thread got in between */
+    if (hooks_off()) {
+        ASSERT_EQ(buf, remap(buf, length));
+    } else {
+        ASSERT_EQ(0, munmap(buf, length));
+        void *again = mmap(buf, length, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                           -1, 0);
+        if (again != buf) {
+            if (again != MAP_FAILED) {
+                munmap(again, length);
+            }
+            buf = MAP_FAILED; /* not ours now: TearDown leaves it */
+            FAIL() << "the buffer's range was mapped by another thread";
+        }
+    }
 
     uct_mem_h h2 = reg(buf, length);
     EXPECT_NE(h1, h2) << "the stale registration was served";
@@ -325,6 +345,54 @@ TEST_F(registry, thread_storm)
     }
     EXPECT_EQ(0, failures.load());
     EXPECT_EQ(live, strict_counter("strict_md_live_registrations"));
+}
+
+/*
+ * remap (above) puts new memory at an address while other threads map
+ * memory of their own (issue 38): the storm's threads, and ASan, which maps
+ * its records of a new thread a page at a time. Unmapping first, then
+ * mapping again with MAP_FIXED, left a hole between the two calls that the
+ * kernel could hand to such a mapping, which MAP_FIXED then replaced with
+ * zeros: ASan's record of a starting thread read as the main thread's
+ * (CHECK failed in ThreadRegistry::StartThread), or a SEGV. Here one thread
+ * maps pages while this one remaps the buffer's: none may land inside it.
+ */
+TEST_F(registry, remap_leaves_no_hole_another_thread_can_take)
+{
+    const size_t page = 4096, pages = length / page, most = 16384;
+    const int rounds = 200000;
+    std::atomic<bool> done{false};
+    std::vector<uint8_t*> mine;
+    std::thread mapper([&]() {
+        while (mine.size() < most) {
+            void *p = mmap(NULL, page, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) {
+                break;
+            }
+            mine.push_back((uint8_t*)p);
+        }
+        done = true;
+    });
+    int failed = 0;
+    for (int i = 0; (i < rounds) && !done; ++i) {
+        uint8_t *p = (uint8_t*)buf + (i % pages) * page;
+        failed += (remap(p, page) != p);
+    }
+    mapper.join();
+    EXPECT_EQ(0, failed);
+    EXPECT_EQ(most, mine.size()) << "the mapper's mmap failed";
+
+    size_t inside = 0;
+    for (uint8_t *p : mine) {
+        if ((p >= (uint8_t*)buf) && (p < (uint8_t*)buf + length)) {
+            ++inside; /* the buffer's now: TearDown unmaps it */
+        } else {
+            munmap(p, page);
+        }
+    }
+    EXPECT_EQ(0u, inside) << "pages another thread mapped in a hole remap "
+                             "left, then overwritten by it";
 }
 
 /*

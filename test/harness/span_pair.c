@@ -464,9 +464,14 @@ static void span_pair_target_remap(span_pair_target_t *t,
 
     ucp_mem_unmap(t->context, region->memh);
     if (region->mem.kind == SPAN_GPU_HOST) {
+        /* NOREPLACE: where another thread's mmap got the range between
+         * the two calls, fail rather than overwrite its memory (issue 38) */
         munmap(region->buf, region->length);
         buf = mmap(region->buf, region->length, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if ((buf != MAP_FAILED) && (buf != region->buf)) {
+            munmap(buf, region->length); /* a kernel that took it as a hint */
+        }
         reply->status = (buf == region->buf) ? UCS_OK : UCS_ERR_NO_MEMORY;
     } else {
         reply->status = span_pair_target_realloc(region);

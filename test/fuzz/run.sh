@@ -24,7 +24,8 @@ mkdir -p "$out" "$corpus"
 # (FNV-1a's multiply; offsets from the base, which wrap below it on purpose
 # and are compared after) are listed in ignorelist.txt, by function.
 sanitize=fuzzer,address,undefined,signed-integer-overflow,unsigned-integer-overflow
-sources=("$top/src/uct/key/span_rkey.c" "$top/src/uct/base/span_chunk.c"
+sources=("$top/src/uct/key/span_rkey.c" "$top/src/uct/key/span_rkey_sizes.c"
+         "$top/src/uct/base/span_chunk.c"
          "$top/src/uct/base/span_fork.c")
 if ! command -v clang >/dev/null ||
    ! clang -g -O1 -fsanitize=$sanitize \

@@ -90,19 +90,9 @@ ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
 ucs_status_t span_rkey_parse(const void *buffer, size_t buffer_size,
                              span_rkey_desc_t *desc);
 
-/* A twin MD of the inner component component_id, whose keys are key_size
- * bytes, is open: keys of that component from peers are accepted while it
- * is. UCS_ERR_EXCEEDS_LIMIT when too many kinds are noted. */
-ucs_status_t span_rkey_size_add(uint32_t component_id, size_t key_size);
-
-void span_rkey_size_remove(uint32_t component_id, size_t key_size);
-
-/* Parses a key from a peer, whose length UCT does not pass: it is read up
- * to the size its exporter packed, which the key carries, whatever the
- * twins of this process pack; its inner keys must be of the size of an
- * open twin MD of that component. UCS_ERR_UNREACHABLE where no twin MD of
- * the component is open. */
-ucs_status_t span_rkey_parse_peer(const void *buffer, span_rkey_desc_t *desc);
+/* The size a key's exporter packed, which its header carries, once the
+ * header (version, flags, checksum) checks out; an error logged where not */
+ucs_status_t span_rkey_packed_size(const void *buffer, size_t *size_p);
 
 /* Inner key of chunk index of a parsed rkey whose inner keys are inline,
  * key_size bytes (span_vmm keys: span_rkey_vmm_keys) */

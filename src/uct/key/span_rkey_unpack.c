@@ -4,7 +4,7 @@
  * a peer's packed rkey (span_rkey.c), and the span component's rkey ops.
  */
 #include "span_rkey_unpack.h"
-#include "span_rkey.h"
+#include "span_rkey_sizes.h"
 #include "span_spill.h"
 #include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_rocm.h"

@@ -10,6 +10,7 @@
 #include "span_md_pack.h"
 #include "span_md_reg.h"
 #include "span_md_rocm.h"
+#include "key/span_rkey_sizes.h"
 #include "resolvers/span_vmm_cache.h"
 #include "resolvers/span_vendor.h"
 #include "resolvers/span_verbs.h"

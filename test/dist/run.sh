@@ -8,7 +8,9 @@
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
-command -v git >/dev/null && git -C "$top" rev-parse --git-dir >/dev/null 2>&1 ||
+# (make distcheck's tarball, unpacked inside the checkout, is none)
+command -v git >/dev/null &&
+    [ "$(git -C "$top" rev-parse --show-toplevel 2>/dev/null)" = "$(cd "$top" && pwd -P)" ] ||
     { echo "skipped: $top is no git checkout"; exit 77; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/span-dist.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

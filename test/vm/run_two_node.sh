@@ -10,6 +10,7 @@
 # where the VM, NIXL's UCX or the test program is missing.
 #   SPAN_BUILDDIR         build tree (default: the source tree)
 #   SPAN_NIXL_UCX_LIBDIR  NIXL's UCX libraries (default: .span-deps/nixl/lib)
+#   SPAN_NIXL_PY          NIXL's python package (default: .span-deps/nixl/py)
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,7 +35,7 @@ commands=(
 )
 # NIXL as the client, where its python package imports here
 py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) || true
-pypath="PYTHONPATH=$top/.span-deps/nixl/py"
+pypath="PYTHONPATH=${SPAN_NIXL_PY:-$top/.span-deps/nixl/py}"
 if [ -n "$py" ] && env "$pypath" "$py" -c 'import nixl_cu13' 2>/dev/null; then
     server="$server
 $env $pypath $py $top/contrib/nixl_check.py --serve \$VERBS_VM_ADDR:7301 2>&1 | $quiet &"

@@ -17,7 +17,9 @@
 # Commands run under bash -o pipefail. VERBS_VM_TIMEOUT (seconds, default
 # 600) bounds the whole VM run; its qemu is killed on every way out.
 # VERBS_VM_ENV names host variables to pass; VERBS_VM_LOG keeps the console
-# (a cluster's: VERBS_VM_LOG.a and VERBS_VM_LOG.b).
+# (a cluster's: VERBS_VM_LOG.a and VERBS_VM_LOG.b). VERBS_VM_SHARE is
+# the directory shared again at its own path (default: the checkout), one
+# that holds all the commands need of a directory the guest hides (/tmp).
 #
 # `cluster` boots two VMs, node a and node b, of one vCPU each
 # (VERBS_VM_MEM, default 1024 MiB each), on a network of their own: their
@@ -36,6 +38,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$PATH:/usr/sbin:/sbin" # modprobe, depmod
 vmdir=${VERBS_VM_DIR:-$top/.span-deps/vm}
+share=${VERBS_VM_SHARE:-$top}
 qemu=${VERBS_VM_QEMU:-qemu-system-x86_64}
 # what the guest needs beyond the kernel: virtio-net and 9p to reach the
 # host, rxe (soft-RoCE, which asks the crypto API for crc32) and ib_uverbs
@@ -113,7 +116,7 @@ file_static() {
 
 # The guest's /init (busybox sh). The kernel hands it vmrun=<dir>, the host
 # directory shared read-write (tag "run") that holds cmd.sh and gets one
-# status.N per command, and vmtop=<dir>, the checkout, shared read-only
+# status.N per command, and vmtop=<dir>, the checkout (or VERBS_VM_SHARE), shared read-only
 # (tag "top") and mounted at its own path again: a checkout under /tmp or
 # /run would be hidden by the guest's tmpfs there (a CI clone in /tmp).
 guest_init() {
@@ -201,11 +204,11 @@ vm_start() {
         -smp "$cpus" -m "$mem" -no-reboot -display none \
         -monitor none -serial stdio -pidfile "$run/qemu.$name.pid" \
         -kernel "$kdir/vmlinuz" -initrd "$kdir/initrd.gz" \
-        -append "console=ttyS0 loglevel=3 panic=-1 vmrun=$run vmtop=$top $append" \
+        -append "console=ttyS0 loglevel=3 panic=-1 vmrun=$run vmtop=$share $append" \
         -netdev "$netdev" -device "$device" \
         -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
         -virtfs local,path="$run",mount_tag=run,security_model=none \
-        -virtfs local,path="$top",mount_tag=top,security_model=none,readonly=on,multidevs=remap \
+        -virtfs local,path="$share",mount_tag=top,security_model=none,readonly=on,multidevs=remap \
         </dev/null > "$run/console.$name" 2>&1 &
     qpids+=("$!")
     qnames+=("$name")

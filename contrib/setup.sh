@@ -133,6 +133,26 @@ if [ ! -f "$stamp" ]; then
 fi
 echo "setup: NIXL's python package in $nixl_py"
 
+# UCXX 0.52 as pip installs it (ucxx-cu13, with what it pulls: libucx-cu13
+# 1.21.0, librmm, cuda-bindings, numpy; it imports without a GPU), for this
+# machine's python3 in a project-local directory: PYTHONPATH=.span-deps/ucxx/py,
+# the ucxx leg of make check (test/ucxx/run.sh). Failing to get it fails setup.
+ucxx_version=${SPAN_UCXX_VERSION:-0.52.0}
+ucxx_py="$deps/ucxx/py"
+stamp="$ucxx_py/.ucxx-$ucxx_version-py$pyver"
+if [ ! -f "$stamp" ]; then
+    echo "setup: installing ucxx-cu13==$ucxx_version and libucx-cu13==1.21.0 into $ucxx_py"
+    rm -rf "$ucxx_py" "$ucxx_py.tmp"
+    mkdir -p "$deps/ucxx"
+    python3 -m pip install -q --disable-pip-version-check --only-binary=:all: \
+        --target "$ucxx_py.tmp" "ucxx-cu13==$ucxx_version" \
+        "libucxx-cu13==$ucxx_version" "libucx-cu13==1.21.0"
+    rm -rf "$ucxx_py.tmp"/bin
+    mv "$ucxx_py.tmp" "$ucxx_py"
+    touch "$stamp"
+fi
+echo "setup: UCXX in $ucxx_py"
+
 # The verbs VM (contrib/verbs_vm.sh): qemu and busybox from Debian, the
 # kernel package downloaded and unpacked into .span-deps/vm, never installed;
 # patchelf for the VM leg of make check (test/vm/run.sh).

@@ -32,10 +32,10 @@ typedef struct span_cuda_copy {
 static ucs_status_t span_cuda_copy_init(void *vendor,
                                         const span_vmm_copy_params_t *params)
 {
-    span_cuda_copy_t *cuda = vendor;
-
     /* streams and kernels are made per device on first use */
 #if HAVE_CUDA_KERNEL
+    span_cuda_copy_t *cuda = vendor;
+
     /* libcuda was loaded with the twin's MD; a driver without the
      * kernel's calls gets no batches */
     if ((span_libcuda.cuModuleLoadData != NULL) &&

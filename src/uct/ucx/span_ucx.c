@@ -116,6 +116,17 @@ static const span_ucx_layout_t span_ucx_layouts[] = {
 
 const span_ucx_layout_t *span_ucx;
 
+#ifdef __SANITIZE_ADDRESS__
+/* UCX's headers check list links through this libucs call in ASan builds
+ * (UCS_ASAN_ADDRESS_IS_VALID); UCX 1.16 and 1.17 have none. A no-op where
+ * libucs lacks it: where it has one, libucs, loaded first, provides it. */
+void __attribute__((weak))
+ucs_debug_asan_validate_address(const char *ptr_name, void *address,
+                                size_t size)
+{
+}
+#endif
+
 typedef void (*span_ucx_get_version_func_t)(unsigned*, unsigned*, unsigned*);
 
 typedef struct span_ucx_find_ucp {

@@ -116,6 +116,16 @@ static ucs_config_field_t strict_md_config_table[] = {
     {NULL}
 };
 
+#ifdef __SANITIZE_ADDRESS__
+/* UCX's list macros call this libucs function in ASan builds; libucs 1.16
+ * and 1.17 have none (span_ucx.c does the same for the plugin) */
+void __attribute__((weak))
+ucs_debug_asan_validate_address(const char *ptr_name, void *address,
+                                size_t size)
+{
+}
+#endif
+
 /* --- memory domain ------------------------------------------------------ */
 
 /* The caller's uct_md_attr_v2_t, as its UCX lays it out: 1.22's whole;

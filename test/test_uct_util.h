@@ -48,7 +48,9 @@ inline uct_md_h open_md(uct_component_h component, const std::string &name,
     uct_md_config_t *config;
     uct_md_h md = NULL;
 
-    if (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK) {
+    /* a component that is not loaded (strict, where its module failed) */
+    if ((component == NULL) ||
+        (uct_md_config_read(component, NULL, NULL, &config) != UCS_OK)) {
         return NULL;
     }
     for (auto &o : options) {

@@ -28,11 +28,12 @@ typedef struct span_vmm_copy_desc {
     span_vmm_copy_signal_t signal;
     int                    device;
     int                    signaled;   /* 0: its copies ran already */
+    int                    batch;      /* has a batch's room, not one op's */
     uint64_t               seq;        /* of its last op */
     unsigned               num_ops;
     size_t                 num_pieces; /* of a batch */
-    span_vmm_copy_piece_t  *pieces;    /* batch_pieces of room */
-    span_vmm_copy_rec_t    ops[];      /* batch_ops of room */
+    span_vmm_copy_piece_t  *pieces;    /* batch_pieces of room (batch) */
+    span_vmm_copy_rec_t    ops[];      /* batch_ops of room (batch), or 1 */
 } span_vmm_copy_desc_t;
 
 /* A flush that waits for the ops queued before it */
@@ -49,8 +50,9 @@ struct span_vmm_copy {
     uint64_t                  posted;  /* seq of the last op queued */
     uint64_t                  done;    /* seq of the last op completed */
     /* per device: descriptors whose signals are idle (a CUDA event
-     * belongs to its device's context) */
-    ucs_list_link_t           pool[SPAN_VMM_COPY_MAX_DEVICES];
+     * belongs to its device's context), of one op and of batches apart,
+     * so that ops queued alone hold no batch's room */
+    ucs_list_link_t           pool[2][SPAN_VMM_COPY_MAX_DEVICES];
     unsigned                  batch_ops;      /* 1: every op alone */
     size_t                    batch_pieces;
     span_vmm_copy_desc_t      *pending;       /* the batch being filled */
@@ -95,7 +97,8 @@ ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
     ucs_list_head_init(&copy->active);
     ucs_list_head_init(&copy->flushes);
     for (i = 0; i < SPAN_VMM_COPY_MAX_DEVICES; ++i) {
-        ucs_list_head_init(&copy->pool[i]);
+        ucs_list_head_init(&copy->pool[0][i]);
+        ucs_list_head_init(&copy->pool[1][i]);
     }
     *copy_p = copy;
     return UCS_OK;
@@ -105,25 +108,29 @@ err_free:
     return status;
 }
 
+/* A descriptor of device, with a batch's room where batch, else one op's */
 static span_vmm_copy_desc_t *span_vmm_copy_desc_get(span_vmm_copy_t *copy,
-                                                    int device)
+                                                    int device, int batch)
 {
+    ucs_list_link_t *pool = &copy->pool[batch][device];
     span_vmm_copy_desc_t *desc;
     size_t size;
 
-    if (!ucs_list_is_empty(&copy->pool[device])) {
-        return ucs_list_extract_head(&copy->pool[device],
-                                     span_vmm_copy_desc_t, list);
+    if (!ucs_list_is_empty(pool)) {
+        return ucs_list_extract_head(pool, span_vmm_copy_desc_t, list);
     }
-    size = sizeof(*desc) + (copy->batch_ops * sizeof(desc->ops[0])) +
-           (copy->batch_pieces * sizeof(desc->pieces[0]));
+    size = sizeof(*desc) +
+           ((batch ? copy->batch_ops : 1) * sizeof(desc->ops[0])) +
+           ((batch ? copy->batch_pieces : 0) * sizeof(desc->pieces[0]));
     desc = malloc(size);
     if (desc == NULL) {
         ucs_error("span %s copy: no memory for a signal descriptor (%zu "
                   "bytes)", copy->ops->name, size);
         return NULL;
     }
-    desc->pieces = (span_vmm_copy_piece_t*)&desc->ops[copy->batch_ops];
+    desc->pieces = batch ?
+                   (span_vmm_copy_piece_t*)&desc->ops[copy->batch_ops] : NULL;
+    desc->batch  = batch;
     if (copy->ops->signal_create(copy->vendor, device, &desc->signal) !=
         UCS_OK) {
         free(desc);
@@ -257,7 +264,7 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
         desc = NULL;
     }
     if (desc == NULL) {
-        desc = span_vmm_copy_desc_get(copy, op->device);
+        desc = span_vmm_copy_desc_get(copy, op->device, 1);
         if (desc == NULL) {
             return UCS_ERR_NO_MEMORY;
         }
@@ -310,7 +317,7 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     if (copy->pending != NULL) {
         span_vmm_copy_submit(copy); /* what was posted before goes first */
     }
-    desc = span_vmm_copy_desc_get(copy, op.device);
+    desc = span_vmm_copy_desc_get(copy, op.device, 0);
     if (desc == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
@@ -324,7 +331,7 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
         status = UCS_ERR_IO_ERROR;
     }
     if (queued == 0) {
-        ucs_list_add_tail(&copy->pool[op.device], &desc->list);
+        ucs_list_add_tail(&copy->pool[0][op.device], &desc->list);
         return status;
     }
     /* an op that failed still owns its buffers while the copies it queued
@@ -383,7 +390,8 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
         }
         ucs_list_del(&desc->list);
         copy->done = desc->seq;
-        ucs_list_add_tail(&copy->pool[desc->device], &desc->list);
+        ucs_list_add_tail(&copy->pool[desc->batch][desc->device],
+                          &desc->list);
         span_vmm_copy_complete(desc, status);
         count += desc->num_ops;
     }
@@ -451,14 +459,14 @@ ucs_status_t span_vmm_copy_flush(span_vmm_copy_t *copy,
 
 void span_vmm_copy_destroy(span_vmm_copy_t *copy)
 {
+    ucs_list_link_t *pool = &copy->pool[0][0];
     span_vmm_copy_desc_t *desc;
-    int i;
 
     span_vmm_copy_drain(copy);
-    for (i = 0; i < SPAN_VMM_COPY_MAX_DEVICES; ++i) {
-        while (!ucs_list_is_empty(&copy->pool[i])) {
-            desc = ucs_list_extract_head(&copy->pool[i],
-                                         span_vmm_copy_desc_t, list);
+    for (; pool < &copy->pool[0][0] + (2 * SPAN_VMM_COPY_MAX_DEVICES);
+         ++pool) {
+        while (!ucs_list_is_empty(pool)) {
+            desc = ucs_list_extract_head(pool, span_vmm_copy_desc_t, list);
             copy->ops->signal_destroy(copy->vendor, &desc->signal);
             free(desc);
         }

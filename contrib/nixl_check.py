@@ -17,7 +17,12 @@ and UCX's defaults.
       under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (one VMM
       handle per 20 MiB page), then one from cudaMalloc (expandable
       segments off); boundaries every 20 MiB; bytes checked on the device;
-      UCX_TLS=cuda_copy,cuda_ipc,tcp vs cuda_copy,cuda_ipc+,tcp.
+      UCX_TLS=cuda_copy,cuda_ipc,tcp vs cuda_copy,cuda_ipc+,tcp. Also
+      KV-cache pages: one transfer of 4096 blocks of 16 KiB, and one of
+      1024 blocks of 256 KiB, at slots of both buffers picked apart and
+      out of order (every byte checked, as in every row); the lines under
+      the table give the twin on expandable memory against native
+      cuda_ipc on cudaMalloc memory.
 
 A twin row is right when NIXL says DONE, every byte is as expected and
 the twin carried the op (UCP's choice, from UCX_PROTO_INFO, listed under
@@ -49,6 +54,7 @@ import argparse
 import gc
 import os
 import pickle
+import random
 import socket
 import statistics
 import struct
@@ -62,6 +68,8 @@ PAGE_GPU = 20 << 20
 STEP_CPU = 4 << 20
 GOLDEN = 2654435761
 XFER_TIMEOUT_S = 60.0
+# GPU mode's KV-cache cases: (block bytes, blocks in one transfer)
+KV_BLOCKS = ((16 << 10, 4096), (256 << 10, 1024))
 # a server on another node may still be starting
 CONNECT_TIMEOUT_S = 60.0
 
@@ -314,8 +322,19 @@ def boundaries(size, gpu):
     return [4096] + list(range(STEP_CPU, size, STEP_CPU))
 
 
+def kv_blocks(size, block, count):
+    """count blocks of block bytes as a KV cache lays out its pages: at
+    slots of both buffers picked apart from each other and in no order
+    (local slot i carries remote slot j), as [(local, remote, length)]."""
+    slots = size // block
+    local = random.Random(block).sample(range(slots), count)
+    remote = random.Random(block + 1).sample(range(slots), count)
+    return [(lo * block, ro * block, block) for lo, ro in zip(local, remote)]
+
+
 def cases(size, gpu):
-    """(name, [(local offset, remote offset, length)], both sorted)."""
+    """(name, [(local offset, remote offset, length)]); disjoint on each
+    side."""
     half = size // 2 + 1  # odd
     out = [("whole", [(0, 0, size)]),
            ("2nd half @odd", [(3, half, size - half)])]
@@ -325,6 +344,12 @@ def cases(size, gpu):
         out.append(("%dB x%d" % (n, len(boundaries(size, gpu))),
                     [(b - n // 2 + 1, b - n // 2, n)
                      for b in boundaries(size, gpu)]))
+    # KV-cache pages, one transfer of many descriptors (GPU mode: what
+    # disaggregated inference moves)
+    for block, count in KV_BLOCKS if gpu else ():
+        if block * count <= size:
+            out.append(("KV %dKiB x%d" % (block >> 10, count),
+                        kv_blocks(size, block, count)))
     return out
 
 
@@ -809,6 +834,14 @@ def main():
             n = results.get(("cudaMalloc", native, op), {}).get("gbps")
             print("%s: twin on expandable / native on cudaMalloc: %s" % (
                 op, "%.2f (goal >= 0.9)" % (t / n) if t and n else "-"))
+        # KV pages: the twin batches the copies of VMM memory
+        for block, count in KV_BLOCKS:
+            for op in ("WRITE", "READ"):
+                name = "%s KV %dKiB x%d" % (op, block >> 10, count)
+                t = results.get(("expandable", twin, name), {}).get("gbps")
+                n = results.get(("cudaMalloc", native, name), {}).get("gbps")
+                print("%s: twin on expandable / native on cudaMalloc: %s" % (
+                    name, "%.1fx" % (t / n) if t and n else "-"))
     print("nixl_check: %s" % ("every twin row right" if rc == 0 else
                               "a twin row is wrong"))
     return rc

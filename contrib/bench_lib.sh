@@ -5,8 +5,9 @@ median() {
     sort -g | awk '{v[NR] = $1} END {
         if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-# overall bandwidth in MB/s of one ucx_perftest client/server pair;
-# arguments after the fourth go to both (e.g. -m cuda)
+# overall bandwidth in MB/s of one ucx_perftest client/server pair
+# (perftest_col=4: its overall latency in us instead); arguments after the
+# fourth go to both (e.g. -m cuda)
 perftest_bw() {
     local tls=$1 test=$2 size=$3 iters=$4 out
     shift 4
@@ -22,7 +23,7 @@ perftest_bw() {
         return 1
     }
     wait "$server"
-    echo "$out" | awk 'END {print $6}'
+    echo "$out" | awk -v c="${perftest_col:-6}" 'END {print $c}'
 }
 # UCX_PROTO_INFO tables as one line per range: "<operation>: <range> <how> <over>"
 proto_rows() {

@@ -33,8 +33,8 @@
 #     of 4096 blocks (fewer of 256 KiB and 1 MiB) posted before one flush,
 #     cudaMalloc native and twin, VMM twin with and without batches, bytes
 #     checked; then ucx_perftest -m cuda put_bw and get at those sizes
-#     (SPAN_BLOCKS_PAIRS="0:1": those pairs only; SPAN_BLOCKS_PERFTEST=n:
-#     no perftest);
+#     (SPAN_BLOCKS_PAIRS="0:1": those pairs only; SPAN_BLOCKS_SIZES: those
+#     block sizes only; SPAN_BLOCKS_PERFTEST=n: no perftest);
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
@@ -118,15 +118,16 @@ off_tl() {
         grep -vE "zero-copy ${1//+/\\+}/" || true
 }
 
+# the GPU tests' torch_* cases (parts 1, M, V): the target is a PyTorch
+# process
+if python3 -c 'import torch' 2>/dev/null; then
+    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
+fi
+
 if part 1; then
 echo
 echo "## 1. GPU tests"
-if python3 -c 'import torch' 2>/dev/null; then
-    # the torch_* cases: the target is a PyTorch process
-    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
-else
-    echo "(no torch here: the torch_* cases skip)"
-fi
+[ -n "${SPAN_GPU_TORCH_TARGET:-}" ] || echo "(no torch here: the torch_* cases skip)"
 # UCX's defaults (UCP registers device memory from the base of the physical
 # allocation that holds a buffer: one VMM handle), then buffers registered
 # as given; then, for comparison, the defaults without span's widening of a
@@ -159,8 +160,11 @@ part V && {
     for dir in "$gpu"/ucx-*; do
         [ -d "$dir/lib" ] || continue
         echo "### UCX ${dir##*/ucx-}"
+        # UCX_MODULE_DIR names the release's own modules (cuda, cma): before
+        # 1.22 it replaces the directory UCX looks in, and span's holds none
         LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
             gpu_test "$tmp/span_gpu_test_${dir##*/}.log" \
+            UCX_MODULE_DIR="$dir/lib/ucx" \
             LD_PRELOAD="$gpu/span/libuct_span.so.0" \
             GTEST_FILTER='*malloc_sub_odd*:*vmm_16_sub_odd*:*torch_second_half*'
         rc=$((rc | $?))
@@ -413,8 +417,6 @@ echo "## M. Every ordered pair of $ngpus GPUs: compact cases, then GB/s (median 
 echo '| initiator -> target | cases right (twin) | device ops not over cuda_ipc+ | cases right (native, reference) | put VMM twin / cudaMalloc native | get VMM twin / cudaMalloc native |'
 echo '|---|---|---|---|---|---|'
 cases() { echo "*put_get/malloc_sub_odd_$1:*put_get/vmm_16_sub_odd_$1:*put_get/torch_second_half_$1"; }
-python3 -c 'import torch' 2>/dev/null &&
-    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
 for i in ${SPAN_MATRIX_FROM:-$(seq 0 $((ngpus - 1)))}; do
     for ((j = 0; j < ngpus; j++)); do
         [ $i -eq $j ] && continue
@@ -449,16 +451,16 @@ done
 part K && {
 echo
 echo "## K. Many small blocks (KV-cache pages): one transfer of COUNT blocks, every other block of the region, posted before one flush; GB/s, median of $runs fresh pairs (5 transfers each)"
-echo '| GPUs | block | count | put: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | get: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | bytes wrong |'
-echo '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
+echo '| GPUs | block | count | put: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | get: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | bytes wrong | posting, us/op of put (get): cudaMalloc native, VMM twin |'
+echo '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 pairs="0:0"; [ "$ngpus" -ge 2 ] && pairs="0:0 0:1"
 for pr in ${SPAN_BLOCKS_PAIRS:-$pairs}; do
-    for block in 4096 16384 65536 262144 1048576; do
+    for block in ${SPAN_BLOCKS_SIZES:-4096 16384 65536 262144 1048576}; do
         count=$(( (64 << 20) / block )); [ $count -gt 4096 ] && count=4096
         declare -A col=(); bad=0
         for cfg in nm:1:0:$native: tm:1:0:$twin: tv:3:64:$twin: tn:3:64:$twin:0; do
             IFS=: read -r name kind handles tls batch <<< "$cfg"
-            p=() g=()
+            p=() g=() pp=() pg=()
             for ((r = 0; r < runs; r++)); do
                 out=$(env SPAN_GPU_DEVICE=${pr%:*} \
                       SPAN_PAIR_TARGET_GPU=${pr#*:} \
@@ -470,22 +472,26 @@ for pr in ${SPAN_BLOCKS_PAIRS:-$pairs}; do
                 p+=("$(echo "$out" | awk '{print $8}')")
                 g+=("$(echo "$out" | awk '{print $13}')")
                 bad=$((bad + $(echo "$out" | awk '{print $18 + $19}')))
+                pp+=("$(echo "$out" | awk '{print $21}')")
+                pg+=("$(echo "$out" | awk '{print $22}')")
             done
             col[${name}p]=$(printf '%s\n' "${p[@]}" | median)
             col[${name}g]=$(printf '%s\n' "${g[@]}" | median)
+            col[${name}pp]=$(printf '%s\n' "${pp[@]}" | median)
+            col[${name}pg]=$(printf '%s\n' "${pg[@]}" | median)
         done
         r() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", (b > 0) ? a / b : 0}'; }
-        echo "| ${pr%:*} -> ${pr#*:} | $block | $count | ${col[nmp]} | ${col[tmp]} | ${col[tvp]} | ${col[tnp]} | $(r "${col[tvp]}" "${col[nmp]}") | ${col[nmg]} | ${col[tmg]} | ${col[tvg]} | ${col[tng]} | $(r "${col[tvg]}" "${col[nmg]}") | $bad |"
+        echo "| ${pr%:*} -> ${pr#*:} | $block | $count | ${col[nmp]} | ${col[tmp]} | ${col[tvp]} | ${col[tnp]} | $(r "${col[tvp]}" "${col[nmp]}") | ${col[nmg]} | ${col[tmg]} | ${col[tvg]} | ${col[tng]} | $(r "${col[tvg]}" "${col[nmg]}") | $bad | ${col[nmpp]} (${col[nmpg]}), ${col[tvpp]} (${col[tvpg]}) |"
         [ "$bad" -eq 0 ] || rc=1
     done
 done
 [ "${SPAN_BLOCKS_PERFTEST:-y}" = y ] && {
 echo
-echo "ucx_perftest -m cuda (cudaMalloc), MB/s, median of $runs"
+echo "ucx_perftest -m cuda (cudaMalloc), MB/s, median of $runs (us/op: size / MB/s)"
 echo '| test | size | cuda_ipc | cuda_ipc+ | ratio |'
 echo '|---|---|---|---|---|'
 for test in ucp_put_bw ucp_get; do
-    for size in 4096 16384 65536 262144 1048576; do
+    for size in 8 4096 16384 65536 262144 1048576; do
         n=() t=()
         for ((r = 0; r < runs; r++)); do
             n+=("$(UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y perftest_bw $native $test $size 20000 -m cuda)")
@@ -497,6 +503,19 @@ for test in ucp_put_bw ucp_get; do
                "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print (n > 0) ? t / n : 0}')"
     done
 done
+echo
+echo "One 8-byte op alone: ucx_perftest -m cuda ucp_put_lat (ping-pong), overall latency in us, median of $runs"
+echo '| test | size | cuda_ipc | cuda_ipc+ | twin / native |'
+echo '|---|---|---|---|---|'
+n=() t=()
+for ((r = 0; r < runs; r++)); do
+    n+=("$(perftest_col=4 perftest_bw $native ucp_put_lat 8 20000 -m cuda)")
+    t+=("$(perftest_col=4 perftest_bw $twin ucp_put_lat 8 20000 -m cuda)")
+done
+mn=$(printf '%s\n' "${n[@]}" | median)
+mt=$(printf '%s\n' "${t[@]}" | median)
+printf '| ucp_put_lat | 8 | %.3f | %.3f | %.3f |\n' "$mn" "$mt" \
+       "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print (n > 0) ? t / n : 0}')"
 }
 }
 

@@ -295,10 +295,12 @@ static int span_bench_bw(unsigned kind, unsigned handles, size_t mib,
     return span_pair_stop(&pair);
 }
 
-/* Seconds of one transfer of count blocks, every other one of the region */
+/* Seconds of one transfer of count blocks, every other one of the region;
+ * in *post_p, those its posts took (the CPU's share) */
 static double span_bench_blocks_run(span_pair_t *pair,
                                     span_pair_region_t *region, void *local,
-                                    size_t block, size_t count, int get)
+                                    size_t block, size_t count, int get,
+                                    double *post_p)
 {
     double start = span_stats_now();
     ucs_status_t status;
@@ -310,6 +312,7 @@ static double span_bench_blocks_run(span_pair_t *pair,
                 count, ucs_status_string(status));
         return -1;
     }
+    *post_p = pair->post_s;
     return span_stats_now() - start;
 }
 
@@ -353,6 +356,7 @@ static int span_bench_blocks(unsigned kind, unsigned handles, size_t block,
 {
     size_t len = 2 * block * count, bad_put, bad_get;
     double t_put[SPAN_BENCH_MAX_RUNS], t_get[SPAN_BENCH_MAX_RUNS], mp, mg;
+    double p_put[SPAN_BENCH_MAX_RUNS], p_get[SPAN_BENCH_MAX_RUNS], post;
     span_pair_region_t region;
     span_gpu_buf_t local;
     span_pair_t pair = {0};
@@ -379,23 +383,28 @@ static int span_bench_blocks(unsigned kind, unsigned handles, size_t block,
     span_gpu_copy(local.ptr, pattern, len);
     /* the bytes, once: puts into the region, then gets of its own pattern
      * back over the local blocks */
-    span_bench_blocks_run(&pair, &region, local.ptr, block, count, 0);
+    span_bench_blocks_run(&pair, &region, local.ptr, block, count, 0, &post);
     bad_put = span_bench_blocks_check_put(&pair, &region, block, count);
     span_pair_refill(&pair, &region, 1);
-    span_bench_blocks_run(&pair, &region, local.ptr, block, count, 1);
+    span_bench_blocks_run(&pair, &region, local.ptr, block, count, 1, &post);
     bad_get = span_bench_blocks_check_get(local.ptr, block, count);
     for (i = 0; i < iters; ++i) {
         t_put[i] = span_bench_blocks_run(&pair, &region, local.ptr, block,
-                                         count, 0);
+                                         count, 0, &p_put[i]);
         t_get[i] = span_bench_blocks_run(&pair, &region, local.ptr, block,
-                                         count, 1);
+                                         count, 1, &p_get[i]);
     }
     mp = span_stats_median(t_put, iters);
     mg = span_stats_median(t_get, iters);
+    /* post: CPU time per op of the posts (UCP and the transport), of the
+     * op's whole time per op */
     printf("BLOCKS %s %u %zu %zu %s put %.2f GB/s %.0f ops/s get %.2f GB/s "
-           "%.0f ops/s bad %zu %zu\n", span_gpu_kind_names[kind], handles,
-           block, count, tls, block * count / mp / 1e9, count / mp,
-           block * count / mg / 1e9, count / mg, bad_put, bad_get);
+           "%.0f ops/s bad %zu %zu post %.3f %.3f us/op\n",
+           span_gpu_kind_names[kind], handles, block, count, tls,
+           block * count / mp / 1e9, count / mp, block * count / mg / 1e9,
+           count / mg, bad_put, bad_get,
+           span_stats_median(p_put, iters) * 1e6 / count,
+           span_stats_median(p_get, iters) * 1e6 / count);
     span_pair_unmap(&pair, &region);
     span_gpu_free(&local);
     free(pattern);

@@ -7,6 +7,7 @@
  */
 #include "span_pair.h"
 #include "span_gpu.h"
+#include "span_stats.h"
 
 #include <ucs/sys/uid.h>
 
@@ -1415,6 +1416,7 @@ ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
         return UCS_ERR_NO_MEMORY;
     }
     span_pair_op_param(pair, &param);
+    pair->post_s = span_stats_now();
     for (i = 0; i < count; ++i) {
         buf         = (uint8_t*)local + (i * stride);
         remote      = region->base + offset + (i * stride);
@@ -1427,6 +1429,7 @@ ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
             status = UCS_ERR_UNSUPPORTED;
         }
     }
+    pair->post_s = span_stats_now() - pair->post_s;
     for (i = 0; i < count; ++i) {
         st = span_pair_wait_target(pair, requests[i]);
         if (statuses != NULL) {

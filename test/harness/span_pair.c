@@ -1416,6 +1416,10 @@ ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
         return UCS_ERR_NO_MEMORY;
     }
     span_pair_op_param(pair, &param);
+    if (pair->local_memh != NULL) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh          = pair->local_memh;
+    }
     pair->post_s = span_stats_now();
     for (i = 0; i < count; ++i) {
         buf         = (uint8_t*)local + (i * stride);

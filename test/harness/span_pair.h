@@ -50,6 +50,9 @@ typedef struct span_pair {
     span_pair_peer_t peer;        /* SPAN_PAIR_REMOTE only */
     ucs_status_t     ep_error;    /* the endpoint's failure, as UCP's error
                                      handler reported it (UCS_OK: none) */
+    ucp_mem_h        local_memh;  /* span_pair_rma_blocks' local buffer's,
+                                     given to UCP as NIXL does; NULL: UCP
+                                     finds it */
     double           post_s;      /* of span_pair_rma_blocks' last call:
                                      seconds its posts took, before it
                                      waited for them */

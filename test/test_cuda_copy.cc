@@ -56,7 +56,6 @@ struct fake_driver {
                                                of 1 MiB */
     int                          streams = 0, events = 0, retained = 0;
     int                          pushes = 0, set_access = 0;
-    int                          pointer_queries = 0;
     int                          fail_copy_at = -1, copies = 0;
     int                          modules = 0, loads = 0, launches = 0;
     bool                         fail_load = false, fail_launch = false;
@@ -77,8 +76,6 @@ CUresult fake_pointer_attr(void *data, CUpointer_attribute attr,
 {
     /* a buffer of a device: its first MiB is the device's too */
     auto it = drv.device_of.upper_bound((uintptr_t)ptr);
-
-    ++drv.pointer_queries;
     if ((attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) ||
         (it == drv.device_of.begin()) ||
         ((uintptr_t)ptr - (--it)->first >= (1u << 20))) {
@@ -376,11 +373,11 @@ protected:
     }
 
     ucs_status_t put(size_t offset, size_t length, uct_completion_t *comp,
-                     size_t count = 1, uint64_t local_id = 0)
+                     size_t count = 1)
     {
         uct_iov_t iov = {m_local.data() + offset, length, NULL, length,
                          (unsigned)count};
-        return span_vmm_copy_post(m_copy, &m_map, 1, &iov, 1, local_id,
+        return span_vmm_copy_post(m_copy, &m_map, 1, &iov, 1,
                                   m_remote.data() + offset, comp);
     }
 
@@ -587,37 +584,6 @@ TEST_F(cuda_copy, copies_in_the_context_of_the_local_buffers_device)
     EXPECT_EQ(fake_ctx(0), drv.current);
     fake_run();
     EXPECT_EQ(2u, span_vmm_copy_progress(m_copy));
-}
-
-/* the driver is asked once per local memory (its memh's identity), not per
- * op; memory of no identity, or host memory, is asked each time */
-TEST_F(cuda_copy, the_local_memory_seen_last_keeps_its_device)
-{
-    counted_comp c[6];
-
-    for (auto &comp : c) {
-        init(&comp);
-    }
-    drv.device_of[(uintptr_t)m_local.data()] = 1;
-    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &c[0].super, 1, 7));
-    EXPECT_EQ(UCS_INPROGRESS, put(64, 64, &c[1].super, 1, 7));
-    EXPECT_EQ(1, drv.pointer_queries);
-    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &c[2].super, 1, 0));
-    EXPECT_EQ(2, drv.pointer_queries);
-    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &c[3].super, 1, 9));
-    EXPECT_EQ(3, drv.pointer_queries);
-    ASSERT_EQ(4u, drv.copy_devices.size());
-    for (int device : drv.copy_devices) {
-        EXPECT_EQ(1, device);
-    }
-    /* host memory: the mapping's device copies, asked each time */
-    drv.device_of.clear();
-    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &c[4].super, 1, 11));
-    EXPECT_EQ(UCS_INPROGRESS, put(0, 64, &c[5].super, 1, 11));
-    EXPECT_EQ(5, drv.pointer_queries);
-    EXPECT_EQ(0, drv.copy_devices[4]);
-    fake_run();
-    EXPECT_EQ(6u, span_vmm_copy_progress(m_copy));
 }
 
 TEST_F(cuda_copy, no_context_switch_where_the_right_one_is_current)
@@ -905,9 +871,8 @@ TEST_F(cuda_copy_batch, another_devices_op_queues_the_batch_first)
     memset(other, 0x5a, sizeof(other));
     drv.device_of[(uintptr_t)other] = 1;
     uct_iov_t iov = {other, 64, NULL, 64, 1};
-    ASSERT_EQ(UCS_INPROGRESS,
-              span_vmm_copy_post(m_copy, &m_map, 1, &iov, 1, 0,
-                                 &m_remote[128], &c[2].super));
+    ASSERT_EQ(UCS_INPROGRESS, span_vmm_copy_post(m_copy, &m_map, 1, &iov, 1,
+                                                 &m_remote[128], &c[2].super));
     EXPECT_EQ(1, drv.launches); /* device 0's batch went first */
     ASSERT_EQ(UCS_INPROGRESS, put(192, 64, &c[3].super));
     span_vmm_copy_progress(m_copy);

@@ -111,7 +111,7 @@ protected:
         if (!span_rkey_check(rkey, addr, length)) {
             return UCS_ERR_INVALID_ADDR;
         }
-        status = span_vmm_copy_post(m_copy, rkey->vmm, is_put, &iov, 1, 0,
+        status = span_vmm_copy_post(m_copy, rkey->vmm, is_put, &iov, 1,
                                     (uint8_t*)rkey->vmm->base +
                                     (addr - rkey->geom.base), &c.comp);
         while ((status == UCS_INPROGRESS) && !c.done) {

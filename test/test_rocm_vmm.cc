@@ -121,7 +121,7 @@ protected:
         deadline guard(30, "a ROCm VMM copy");
         ucs_status_t status;
 
-        status = span_vmm_copy_post(m_copy, map, is_put, &iov, 1, 0,
+        status = span_vmm_copy_post(m_copy, map, is_put, &iov, 1,
                                     (uint8_t*)map->base + offset, &c.comp);
         if (status != UCS_INPROGRESS) {
             return status;
@@ -180,7 +180,7 @@ TEST_F(rocm_vmm, copies_complete_from_progress_and_flushes_behind_them)
     ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     ASSERT_EQ(0, hsa_emu_set("copy_delay_us", 100000));
     ASSERT_EQ(UCS_INPROGRESS,
-              span_vmm_copy_post(m_copy, map, 0, &iov, 1, 0,
+              span_vmm_copy_post(m_copy, map, 0, &iov, 1,
                                  (uint8_t*)map->base + unit - 100, &op.comp));
     EXPECT_TRUE(span_vmm_copy_busy(m_copy));
     EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, nullptr));
@@ -218,7 +218,7 @@ TEST_F(rocm_vmm, a_failed_get_leaves_its_buffer_alone_once_reported)
     ASSERT_EQ(0, hsa_emu_fail("hsa_amd_memory_async_copy@2"));
     {
         log_counter log;
-        status = span_vmm_copy_post(m_copy, map, 0, iov, 2, 0,
+        status = span_vmm_copy_post(m_copy, map, 0, iov, 2,
                                     (uint8_t*)map->base, &op.comp);
         EXPECT_EQ(1u, log_counter::count(
                               "span rocm: hsa_amd_memory_async_copy("));
@@ -319,7 +319,7 @@ TEST_F(rocm_vmm, a_local_buffer_of_host_memory_is_refused)
 
     ASSERT_EQ(UCS_OK, span_vmm_cache_get(m_keys.data(), &m_geom, &map));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_vmm_copy_post(m_copy, map, 0, &iov, 1, 0,
+              span_vmm_copy_post(m_copy, map, 0, &iov, 1,
                                  (uint8_t*)map->base, nullptr));
     EXPECT_FALSE(span_vmm_copy_busy(m_copy));
     span_vmm_cache_put(map);

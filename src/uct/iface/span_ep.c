@@ -311,7 +311,7 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
         }
     }
     return span_vmm_copy_post(siface->copy, rkey->vmm, is_put, iov, iovcnt,
-                              span_memh_identity(iov[0].memh), remote, comp);
+                              remote, comp);
 }
 
 /* The put and get versions of _func(ep, is_put, ...), out of line, with the

@@ -91,14 +91,6 @@ static UCS_F_ALWAYS_INLINE int span_memh_is_ours(uct_mem_h memh)
            (((const span_memh_t*)memh)->magic == SPAN_MEMH_MAGIC);
 }
 
-/* The identity of the memory memh registered (a hash of its buffer ids),
- * or 0 where it has none or memh is not a twin's */
-static UCS_F_ALWAYS_INLINE uint64_t span_memh_identity(uct_mem_h memh)
-{
-    return span_memh_is_ours(memh) ?
-           ((const span_memh_t*)memh)->entry.identity : 0;
-}
-
 /* The inner memory handle that holds buffer, and in *avail_p how many bytes
  * from buffer on it holds (UINT64_MAX where one handle holds everything).
  * A handle that is not a twin's (NULL, the inner MD's own) stays as it is;

@@ -26,9 +26,6 @@ typedef struct span_cuda_copy {
     int                     pushed;     /* from begin to end: the device's
                                            context was made current */
     size_t                  kernel_max; /* 0: batches are not offered */
-    uint64_t                last_id;     /* the local memory route saw last */
-    int                     last_device; /* (span_vmm_copy_op_t.local_id),
-                                            device memory of this device */
     span_cuda_kernel_args_t args;       /* the launch being filled */
 } span_cuda_copy_t;
 
@@ -109,9 +106,7 @@ static ucs_status_t span_cuda_copy_stream(span_cuda_copy_t *cuda, int device)
 }
 
 /* The device whose context copies: the local buffer's, where it is device
- * memory, else the mapping's; it gets access to the mapping on first use.
- * The local buffer's device is asked of the driver (about 100 ns, most of
- * what a batched op costs here) unless its memory is the last one seen */
+ * memory, else the mapping's; it gets access to the mapping on first use */
 static ucs_status_t span_cuda_copy_route(void *vendor, span_vmm_map_t *map,
                                          const void *local,
                                          const void *remote,
@@ -122,17 +117,11 @@ static ucs_status_t span_cuda_copy_route(void *vendor, span_vmm_map_t *map,
     span_cuda_copy_t *cuda = vendor;
     int device;
 
-    if ((op->local_id != 0) && (op->local_id == cuda->last_id)) {
-        op->host = 0;
-        device   = cuda->last_device;
-    } else {
-        op->host = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG,
-                                     cuPointerGetAttribute, &device,
-                                     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                     (CUdeviceptr)local) != CUDA_SUCCESS;
-        if (op->host) {
-            device = map->device;
-        }
+    op->host = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuPointerGetAttribute,
+                                 &device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 (CUdeviceptr)local) != CUDA_SUCCESS;
+    if (op->host) {
+        device = map->device;
     }
     if ((device < 0) || (device >= SPAN_VMM_COPY_MAX_DEVICES)) {
         ucs_error("span cuda copy: device %d is beyond the %d a copy engine "
@@ -155,10 +144,6 @@ static ucs_status_t span_cuda_copy_route(void *vendor, span_vmm_map_t *map,
         ucs_debug("span cuda copy: device %d copies through the mapping of "
                   "process %u too", device, map->pid);
         map->devices |= 1ull << device;
-    }
-    if (!op->host) {
-        cuda->last_id     = op->local_id;
-        cuda->last_device = device;
     }
     op->device = device;
     return UCS_OK;

@@ -293,12 +293,12 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
 
 ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 int is_put, const uct_iov_t *iov,
-                                size_t iovcnt, uint64_t local_id,
-                                uint8_t *remote, uct_completion_t *comp)
+                                size_t iovcnt, uint8_t *remote,
+                                uct_completion_t *comp)
 {
     const span_vmm_copy_ops_t *ops = copy->ops;
     size_t copies                  = span_vmm_copy_count(iov, iovcnt);
-    span_vmm_copy_op_t op          = {.is_put = is_put, .local_id = local_id};
+    span_vmm_copy_op_t op          = {.is_put = is_put};
     span_vmm_copy_desc_t *desc;
     ucs_status_t status;
     size_t queued;

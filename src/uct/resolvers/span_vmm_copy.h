@@ -42,11 +42,11 @@ void span_vmm_copy_destroy(span_vmm_copy_t *copy);
  * an error where nothing was queued. Where a copy is refused (logged) after
  * others were queued, the op still owns its buffers until they ran: comp
  * completes then with the error, or without comp the post waits for them
- * and returns it. local_id: span_vmm_copy_op_t's */
+ * and returns it */
 ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 int is_put, const uct_iov_t *iov,
-                                size_t iovcnt, uint64_t local_id,
-                                uint8_t *remote, uct_completion_t *comp);
+                                size_t iovcnt, uint8_t *remote,
+                                uct_completion_t *comp);
 
 /* Queues the batch being filled, then completes the ops whose copies ran,
  * in order; their count */

@@ -32,11 +32,6 @@ typedef union span_vmm_copy_signal {
 /* An op as a vendor queues it */
 typedef struct span_vmm_copy_op {
     int                    is_put;
-    uint64_t               local_id; /* the identity of the local buffer's
-                                        memory where its memh tells it (a
-                                        hash of buffer ids, never reused),
-                                        else 0: a route may keep its
-                                        device by it */
     /* where its copies run, as the vendor's route chose */
     int                    device; /* that copies, below
                                       SPAN_VMM_COPY_MAX_DEVICES; signals

@@ -31,7 +31,7 @@
 #include "test/harness/span_md_open.h"
 #include "test/harness/span_pair.h"
 #include "test/harness/span_stats.h"
-#include "resolvers/span_vendor.h"
+#include "vendor/span_vendor.h"
 
 #include "ucx/span_ucx.h" /* the v2 MD calls, not installed */
 #include <ucs/sys/math.h>

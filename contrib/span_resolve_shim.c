@@ -3,8 +3,8 @@
  * The CUDA resolver as a plain C call, for contrib/span_torch_check.py
  * (ctypes): how span sees a real PyTorch tensor.
  */
-#include "resolvers/span_cuda_driver.h"
-#include "resolvers/span_libcuda.h"
+#include "resolve/span_cuda_driver.h"
+#include "vendor/span_libcuda.h"
 
 #include <stddef.h>
 

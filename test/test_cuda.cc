@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_cuda.h"
+#include "resolve/span_cuda.h"
 #include "base/span_chunk.h"
 }
 

@@ -12,8 +12,8 @@
 #include <hsa/hsa.h>
 
 extern "C" {
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 #include "md/span_registry.h"
 #include "md/span_md_reg.h"
 #include "rocm_emu/hsa_emu.h"

@@ -7,8 +7,8 @@
 #include "test_rocm_md.h"
 
 #include "md/span_md_pack.h"
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 
 #include <stdlib.h>
 #include <string.h>

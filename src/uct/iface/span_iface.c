@@ -13,8 +13,8 @@
 #include "span_iface.h"
 #include "span_ep.h"
 #include "md/span_md.h"
-#include "resolvers/span_nvml.h"
-#include "resolvers/span_vendor.h"
+#include "span_nvml.h"
+#include "vendor/span_vendor.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,9 +10,9 @@
 #include "span_md_inner.h"
 #include "base/span_chunk.h"
 #include "key/span_rkey.h"
-#include "resolvers/span_cuda.h"
-#include "resolvers/span_vmm_copy_ops.h"
-#include "resolvers/span_vmm_export.h"
+#include "resolve/span_cuda.h"
+#include "copy/span_vmm_copy_ops.h"
+#include "vmm/span_vmm_export.h"
 
 /* A twin is named after its inner MD or transport with this suffix */
 #define SPAN_TWIN_SUFFIX "+"

@@ -11,9 +11,9 @@
 #include "span_md_reg.h"
 #include "span_md_rocm.h"
 #include "key/span_rkey_sizes.h"
-#include "resolvers/span_vmm_cache.h"
-#include "resolvers/span_vendor.h"
-#include "resolvers/span_verbs.h"
+#include "vmm/span_vmm_cache.h"
+#include "vendor/span_vendor.h"
+#include "resolve/span_verbs.h"
 
 #include <stdlib.h>
 #include <sys/resource.h>

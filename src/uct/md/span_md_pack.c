@@ -6,7 +6,7 @@
  */
 #include "span_md_pack.h"
 #include "key/span_spill.h"
-#include "resolvers/span_vmm.h"
+#include "vmm/span_vmm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * ROCm twins (span_md_rocm.h).
  */
 #include "span_md_rocm.h"
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 
 #include <ucs/debug/log_def.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * ROCm's calls for the VMM copy engine (span_rocm_copy.h).
  */
 #include "span_rocm_copy.h"
-#include "span_librocm.h"
-#include "span_vmm_import.h"
+#include "vendor/span_librocm.h"
+#include "vmm/span_vmm_import.h"
 
 #include <ucs/debug/log_def.h>
 #include <stdint.h>

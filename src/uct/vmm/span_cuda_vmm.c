@@ -3,7 +3,7 @@
  * The CUDA driver's calls of a VMM import.
  */
 #include "span_cuda_vmm.h"
-#include "span_libcuda.h"
+#include "vendor/span_libcuda.h"
 
 #include <stdint.h>
 

@@ -8,7 +8,7 @@
 #define SPAN_CUDA_DRIVER_H_
 
 #include "span_cuda.h"
-#include "span_vmm_export.h"
+#include "vmm/span_vmm_export.h"
 
 /* The resolver's calls; valid where span_libcuda_load said so of
  * SPAN_LIBCUDA_RESOLVER */

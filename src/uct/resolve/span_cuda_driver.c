@@ -3,7 +3,7 @@
  * The CUDA driver's calls of the resolver and of a VMM export.
  */
 #include "span_cuda_driver.h"
-#include "span_libcuda.h"
+#include "vendor/span_libcuda.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>

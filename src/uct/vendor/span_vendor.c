@@ -12,16 +12,16 @@
 #include <stddef.h>
 
 #if HAVE_CUDA
-#include "span_cuda_copy.h"
-#include "span_cuda_driver.h"
-#include "span_cuda_vmm.h"
+#include "copy/span_cuda_copy.h"
+#include "resolve/span_cuda_driver.h"
+#include "vmm/span_cuda_vmm.h"
 #include "span_libcuda.h"
 #endif
 #if HAVE_ROCM
 #include "span_librocm.h"
-#include "span_rocm.h"
-#include "span_rocm_copy.h"
-#include "span_rocm_vmm.h"
+#include "resolve/span_rocm.h"
+#include "copy/span_rocm_copy.h"
+#include "vmm/span_rocm_vmm.h"
 #endif
 
 static const span_vendor_t span_vendors[] = {

@@ -8,10 +8,10 @@
 #ifndef SPAN_VENDOR_H_
 #define SPAN_VENDOR_H_
 
-#include "span_cuda.h"
-#include "span_vmm_export.h"
-#include "span_vmm_copy_ops.h"
-#include "span_vmm_import.h"
+#include "resolve/span_cuda.h"
+#include "vmm/span_vmm_export.h"
+#include "copy/span_vmm_copy_ops.h"
+#include "vmm/span_vmm_import.h"
 
 #include <ucs/memory/memory_type.h>
 

@@ -13,7 +13,7 @@
 #ifndef SPAN_VMM_COPY_OPS_H_
 #define SPAN_VMM_COPY_OPS_H_
 
-#include "span_vmm.h"
+#include "vmm/span_vmm.h"
 
 #include <ucs/memory/memory_type.h>
 #include <ucs/type/status.h>

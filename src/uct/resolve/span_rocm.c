@@ -3,7 +3,7 @@
  * HIP's calls of the resolver and of a VMM export (span_rocm.h).
  */
 #include "span_rocm.h"
-#include "span_librocm.h"
+#include "vendor/span_librocm.h"
 
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>

@@ -17,7 +17,7 @@
 #include "span_vmm_cache.h"
 #include "span_vmm_export.h"
 #include "span_vmm_import.h"
-#include "span_vendor.h"
+#include "vendor/span_vendor.h"
 #include "base/span_fork.h"
 
 #include <ucs/datastruct/list.h>

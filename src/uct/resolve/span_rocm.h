@@ -15,7 +15,7 @@
 #define SPAN_ROCM_H_
 
 #include "span_cuda.h"
-#include "span_vmm_export.h"
+#include "vmm/span_vmm_export.h"
 
 /* Name of UCX's ROCm IPC component (and MD) */
 #define SPAN_ROCM_IPC_COMPONENT "rocm_ipc"

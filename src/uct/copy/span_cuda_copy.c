@@ -7,7 +7,7 @@
 #endif
 #include "span_cuda_copy.h"
 #include "span_cuda_kernel.h"
-#include "span_libcuda.h"
+#include "vendor/span_libcuda.h"
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>

@@ -3,7 +3,7 @@
  * HIP's calls of a VMM import.
  */
 #include "span_rocm_vmm.h"
-#include "span_librocm.h"
+#include "vendor/span_librocm.h"
 
 #include <stdint.h>
 

@@ -59,7 +59,7 @@ cp -L "$top/test/harness/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py
 gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src/uct" -I"$ucx/include" \
     $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \
-    "$top/contrib/span_resolve_shim.c" "$top/src/uct/resolve/span_cuda.c" \
+    "$top/contrib/span_resolve_shim.c" "$top/src/uct/resolve/span_device.c" \
     "$top/src/uct/resolve/span_cuda_driver.c" \
     "$top/src/uct/vendor/span_libcuda.c" "$top/src/uct/base/span_dl.c" \
     -L"$ucx/lib" -lucs -ldl -o "$out/bin/libspan_resolve.so"

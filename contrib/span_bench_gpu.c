@@ -46,12 +46,12 @@
 
 static void span_bench_print_extent(const char *what, void *ptr, size_t len)
 {
-    const span_cuda_ops_t *ops = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
-    span_cuda_extent_t ext;
+    const span_device_ops_t *ops = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
+    span_device_extent_t ext;
     ucs_status_t status;
 
     status = (ops == NULL) ? UCS_ERR_NO_DEVICE :
-             span_cuda_resolve(ops, (uintptr_t)ptr, len, &ext);
+             span_device_resolve(ops, (uintptr_t)ptr, len, &ext);
     if (status != UCS_OK) {
         printf("%-28s resolve failed: %s\n", what, ucs_status_string(status));
         return;
@@ -169,7 +169,7 @@ static void span_bench_reg_parts(uct_md_h md, char *base, unsigned count,
  * old address from the old one): the floor of its time */
 static double span_bench_buffer_id_run(char *base, unsigned count)
 {
-    const span_cuda_ops_t *ops = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
+    const span_device_ops_t *ops = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
     double start               = span_stats_now();
     uint64_t id;
     unsigned i;

@@ -11,15 +11,15 @@
 /* out: base, length, unit size, number of units */
 int span_resolve(uint64_t addr, uint64_t length, uint64_t out[4])
 {
-    const span_cuda_ops_t *ops = span_libcuda_load(SPAN_LIBCUDA_RESOLVER) ?
+    const span_device_ops_t *ops = span_libcuda_load(SPAN_LIBCUDA_RESOLVER) ?
                                  &span_cuda_driver_ops : NULL;
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
     ucs_status_t status;
 
     if (ops == NULL) {
         return UCS_ERR_NO_DEVICE;
     }
-    status = span_cuda_resolve(ops, addr, length, &ext);
+    status = span_device_resolve(ops, addr, length, &ext);
     if (status == UCS_OK) {
         out[0] = ext.base;
         out[1] = ext.length;

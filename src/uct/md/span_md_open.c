@@ -31,7 +31,7 @@
 /* Whether device memory registrations are cut at physical units */
 static int span_md_resolves(const span_md_t *smd)
 {
-    return (smd->cuda != NULL) &&
+    return (smd->device != NULL) &&
            (span_md_reg_mem_types(smd) & UCS_BIT(smd->dev_mem_type));
 }
 
@@ -131,7 +131,7 @@ static void span_md_close(uct_md_h md)
         span_md_events_unsubscribe();
     }
     span_rkey_size_remove(smd->inner_id, smd->inner_attr.rkey_packed_size);
-    if (smd->cuda != NULL) {
+    if (smd->device != NULL) {
         /* while the driver is still there: the process may be ending */
         span_vmm_cache_purge();
     }
@@ -395,8 +395,8 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
 
     smd->spill = span_md_spill_mode(smd, ((const span_md_config_t*)config)->spill);
     if (smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) {
-        smd->cuda = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
-        if (smd->cuda == NULL) {
+        smd->device = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
+        if (smd->device == NULL) {
             ucs_diag("span md '%s': no CUDA driver to resolve allocations: "
                      "device memory is registered as given", md_name);
         } else {

@@ -89,7 +89,7 @@ static ucs_status_t span_cuda_vmm_device(uint64_t addr, int *device_p)
     return UCS_OK;
 }
 
-const span_cuda_ops_t span_cuda_driver_ops = {
+const span_device_ops_t span_cuda_driver_ops = {
     span_cuda_range, span_cuda_buffer_id, span_cuda_vmm_device
 };
 

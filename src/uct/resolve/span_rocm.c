@@ -105,7 +105,7 @@ static ucs_status_t span_rocm_vmm_device(uint64_t addr, int *device_p)
     return UCS_OK;
 }
 
-const span_cuda_ops_t span_rocm_driver_ops = {
+const span_device_ops_t span_rocm_driver_ops = {
     span_rocm_range, span_rocm_buffer_id, span_rocm_vmm_device
 };
 

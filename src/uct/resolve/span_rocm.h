@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ROCm resolver: the physical units under a range of ROCm device memory, as
- * the CUDA resolver finds them (span_cuda.h, whose walk, unit geometry and
+ * the CUDA resolver finds them (span_device.h, whose walk, unit geometry and
  * widening serve any device whose driver reports allocations one at a
  * time): a hipMalloc or pool allocation is one unit, a VMM range
  * (hipMemCreate + hipMemMap: PyTorch's expandable segments on ROCm) one
@@ -14,7 +14,7 @@
 #ifndef SPAN_ROCM_H_
 #define SPAN_ROCM_H_
 
-#include "span_cuda.h"
+#include "span_device.h"
 #include "vmm/span_vmm_export.h"
 
 /* Name of UCX's ROCm IPC component (and MD) */
@@ -22,7 +22,7 @@
 
 /* The resolver's calls; valid where span_librocm_load said so of
  * SPAN_LIBROCM_RESOLVER */
-extern const span_cuda_ops_t span_rocm_driver_ops;
+extern const span_device_ops_t span_rocm_driver_ops;
 
 /* The driver calls of an export of a VMM unit (span_vmm_export.h); valid
  * where the resolver's are */

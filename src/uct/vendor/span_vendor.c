@@ -49,7 +49,7 @@ const span_vendor_t *span_vendor(ucs_memory_type_t mem_type)
     return NULL;
 }
 
-const span_cuda_ops_t *span_vendor_driver(ucs_memory_type_t mem_type)
+const span_device_ops_t *span_vendor_driver(ucs_memory_type_t mem_type)
 {
     const span_vendor_t *vendor = span_vendor(mem_type);
 

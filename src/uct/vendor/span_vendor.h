@@ -8,7 +8,7 @@
 #ifndef SPAN_VENDOR_H_
 #define SPAN_VENDOR_H_
 
-#include "resolve/span_cuda.h"
+#include "resolve/span_device.h"
 #include "vmm/span_vmm_export.h"
 #include "copy/span_vmm_copy_ops.h"
 #include "vmm/span_vmm_import.h"
@@ -21,7 +21,7 @@ typedef struct span_vendor {
      * loader's bits; those of the resolver's calls */
     int                         (*load)(unsigned users);
     unsigned                    resolver_users;
-    const span_cuda_ops_t       *resolver;
+    const span_device_ops_t       *resolver;
     /* The calls of an export (span_vmm_export.h) and an import
      * (span_vmm_import.h) of VMM units */
     const span_vmm_export_ops_t *vmm_export;
@@ -35,7 +35,7 @@ const span_vendor_t *span_vendor(ucs_memory_type_t mem_type);
 
 /* Its resolver's calls, or NULL where this build lacks the vendor or the
  * host its driver */
-const span_cuda_ops_t *span_vendor_driver(ucs_memory_type_t mem_type);
+const span_device_ops_t *span_vendor_driver(ucs_memory_type_t mem_type);
 
 /* The import calls of the driver whose units keys of magic name
  * (span_vmm.h), or NULL where this build lacks it */

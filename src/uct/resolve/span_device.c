@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The resolver's walk, for every driver (span_cuda.h).
+ * The resolver's walk, for every driver (span_device.h).
  */
-#include "span_cuda.h"
+#include "span_device.h"
 #include "base/span_chunk.h"
 
 #include <ucs/debug/log_def.h>
@@ -12,9 +12,9 @@
 #define SPAN_CUDA_UNIT_ALIGN 4096ul
 
 /* A new unit continues the walk: it starts where the last one ended */
-static ucs_status_t span_cuda_unit_check(const span_cuda_extent_t *extent,
-                                         uint64_t cur, uint64_t base,
-                                         uint64_t size)
+static ucs_status_t span_device_unit_check(const span_device_extent_t *extent,
+                                           uint64_t cur, uint64_t base,
+                                           uint64_t size)
 {
     if ((size == 0) || (base > cur) || (base + size <= cur) ||
         ((extent->num_units > 0) && (base != cur))) {
@@ -31,7 +31,7 @@ static ucs_status_t span_cuda_unit_check(const span_cuda_extent_t *extent,
     return UCS_OK;
 }
 
-static uint64_t span_cuda_gcd(uint64_t a, uint64_t b)
+static uint64_t span_device_gcd(uint64_t a, uint64_t b)
 {
     uint64_t t;
 
@@ -45,8 +45,8 @@ static uint64_t span_cuda_gcd(uint64_t a, uint64_t b)
 
 /* Whether a unit of [from, to) is a VMM handle span exports: span maps an
  * exported handle whole, so its units must be whole handles */
-static int span_cuda_any_shareable(const span_cuda_ops_t *ops, uint64_t from,
-                                   uint64_t to)
+static int span_device_any_shareable(const span_device_ops_t *ops,
+                                     uint64_t from, uint64_t to)
 {
     uint64_t base, size;
     int device;
@@ -70,18 +70,18 @@ static int span_cuda_any_shareable(const span_cuda_ops_t *ops, uint64_t from,
  * of the sizes' greatest common divisor: the inner MD registers pieces of
  * an allocation, whose keys each name the whole allocation.
  */
-static ucs_status_t span_cuda_unit_size(const span_cuda_ops_t *ops,
-                                        span_cuda_extent_t *extent,
-                                        int uniform, uint64_t first_size,
-                                        uint64_t gcd)
+static ucs_status_t span_device_unit_size(const span_device_ops_t *ops,
+                                          span_device_extent_t *extent,
+                                          int uniform, uint64_t first_size,
+                                          uint64_t gcd)
 {
     if (extent->num_units == 1) {
         extent->unit_size = 0;
     } else if (uniform) {
         extent->unit_size = first_size;
     } else if (((gcd % SPAN_CUDA_UNIT_ALIGN) == 0) &&
-               !span_cuda_any_shareable(ops, extent->base,
-                                        extent->base + extent->length)) {
+               !span_device_any_shareable(ops, extent->base,
+                                          extent->base + extent->length)) {
         ucs_debug("span cuda: [0x%" PRIx64 ", +%" PRIu64 ") spans %u "
                   "allocations of several sizes: units of %" PRIu64 " bytes",
                   extent->base, extent->length, extent->num_units, gcd);
@@ -98,8 +98,8 @@ static ucs_status_t span_cuda_unit_size(const span_cuda_ops_t *ops,
     return UCS_OK;
 }
 
-ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
-                               uint64_t length, span_cuda_extent_t *extent)
+ucs_status_t span_device_resolve(const span_device_ops_t *ops, uint64_t addr,
+                                 uint64_t length, span_device_extent_t *extent)
 {
     uint64_t cur = addr, end = addr + length, first_size = 0, last_size = 0;
     uint64_t gcd = 0, base, size, id;
@@ -111,7 +111,7 @@ ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
     }
 
     extent->num_units = 0;
-    extent->identity  = SPAN_CUDA_IDENTITY_INIT;
+    extent->identity  = SPAN_DEVICE_IDENTITY_INIT;
     while (cur < end) {
         status = ops->range(cur, &base, &size);
         if ((status != UCS_OK) && (extent->num_units > 0)) {
@@ -129,7 +129,7 @@ ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
                       length);
             return UCS_ERR_INVALID_ADDR;
         }
-        status = span_cuda_unit_check(extent, cur, base, size);
+        status = span_device_unit_check(extent, cur, base, size);
         if (status != UCS_OK) {
             return status;
         }
@@ -145,8 +145,8 @@ ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
         } else {
             uniform &= (last_size == first_size) && (size <= first_size);
         }
-        extent->identity = span_cuda_identity_add(extent->identity, id);
-        gcd              = span_cuda_gcd(gcd, size);
+        extent->identity = span_device_identity_add(extent->identity, id);
+        gcd              = span_device_gcd(gcd, size);
         last_size        = size;
         cur              = base + size;
         if (cur < base) {
@@ -155,14 +155,14 @@ ucs_status_t span_cuda_resolve(const span_cuda_ops_t *ops, uint64_t addr,
     }
 
     extent->length = cur - extent->base;
-    return span_cuda_unit_size(ops, extent, uniform, first_size, gcd);
+    return span_device_unit_size(ops, extent, uniform, first_size, gcd);
 }
 
 /* The next unit of a widening walk: a shareable VMM handle on device that
  * starts at cur, of at most size bytes (the last may be shorter) */
-static int span_cuda_widen_next(const span_cuda_ops_t *ops, uint64_t cur,
-                                uint64_t size, int device, uint64_t *size_p,
-                                uint64_t *id_p)
+static int span_device_widen_next(const span_device_ops_t *ops, uint64_t cur,
+                                  uint64_t size, int device, uint64_t *size_p,
+                                  uint64_t *id_p)
 {
     uint64_t base;
     int next_device;
@@ -173,8 +173,9 @@ static int span_cuda_widen_next(const span_cuda_ops_t *ops, uint64_t cur,
            (next_device == device) && (ops->buffer_id(cur, id_p) == UCS_OK);
 }
 
-uint32_t span_cuda_widen(const span_cuda_ops_t *ops, span_cuda_extent_t *extent,
-                         const span_cuda_widen_limits_t *limits)
+uint32_t span_device_widen(const span_device_ops_t *ops,
+                           span_device_extent_t *extent,
+                           const span_device_widen_limits_t *limits)
 {
     uint32_t max_units = ucs_min(limits->max_units, SPAN_CHUNK_MAX);
     uint64_t unit = extent->length, cur = extent->base + extent->length;
@@ -186,9 +187,9 @@ uint32_t span_cuda_widen(const span_cuda_ops_t *ops, span_cuda_extent_t *extent,
         return 0;
     }
     while ((extent->num_units < max_units) &&
-           span_cuda_widen_next(ops, cur, unit, device, &size, &id) &&
+           span_device_widen_next(ops, cur, unit, device, &size, &id) &&
            (cur + size - extent->base <= limits->max_bytes)) {
-        extent->identity = span_cuda_identity_add(extent->identity, id);
+        extent->identity = span_device_identity_add(extent->identity, id);
         ++extent->num_units;
         cur += size;
         if (size < unit) {

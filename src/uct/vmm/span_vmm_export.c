@@ -11,6 +11,7 @@
  */
 #include "span_vmm_export.h"
 #include "base/span_fork.h"
+#include "base/span_memfd.h"
 #include "base/span_peer.h"
 
 #include <ucs/datastruct/hlist.h>
@@ -25,19 +26,21 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define SPAN_VMM_TABLE_MAGIC 0x454c424154505353ull /* "SSPTABLE" */
-#define SPAN_VMM_TABLE_NAME  "ucx-span-vmm"
-#define SPAN_VMM_TABLE_LINK  "/memfd:" SPAN_VMM_TABLE_NAME " "
 #define SPAN_VMM_TABLE_FIRST 64
 #define SPAN_VMM_TABLE_GROW  (64 * 1024)
 #define SPAN_VMM_BUCKETS_LOG 10
+
+/* The table's memfd and header (base/span_memfd.h) */
+static const span_memfd_kind_t span_vmm_table_kind = {
+    .name  = "ucx-span-vmm",
+    .magic = 0x454c424154505353ull, /* "SSPTABLE" */
+    .log   = "span vmm export",
+    .what  = "export table"
+};
 
 typedef struct {
     uint64_t serial; /* 0: not an export */
@@ -134,30 +137,18 @@ static int span_vmm_table_write(int fd, uint64_t serial, uint64_t size)
  * lock is held */
 static ucs_status_t span_vmm_table_reserve(int fd)
 {
-    uint64_t header[2] = {SPAN_VMM_TABLE_MAGIC, 0};
-    uint64_t need      = span_vmm_table_offset(fd + 1);
+    uint64_t need = span_vmm_table_offset(fd + 1);
+    ucs_status_t status;
     uint64_t size;
 
     if (span_vmm_exports.table < 0) {
-        if (getrandom(&header[1], sizeof(header[1]), 0) != sizeof(header[1])) {
-            header[1] = ((uint64_t)time(NULL) << 32) ^ getpid();
+        status = span_memfd_create(&span_vmm_table_kind,
+                                   F_SEAL_SHRINK | F_SEAL_SEAL,
+                                   &span_vmm_exports.table,
+                                   &span_vmm_exports.table_id);
+        if (status != UCS_OK) {
+            return status;
         }
-        span_vmm_exports.table = memfd_create(SPAN_VMM_TABLE_NAME,
-                                              MFD_CLOEXEC |
-                                              MFD_ALLOW_SEALING);
-        if ((span_vmm_exports.table < 0) ||
-            (pwrite(span_vmm_exports.table, header, sizeof(header), 0) !=
-             sizeof(header)) ||
-            (fcntl(span_vmm_exports.table, F_ADD_SEALS,
-                   F_SEAL_SHRINK | F_SEAL_SEAL) != 0)) {
-            ucs_error("span vmm export: cannot make the export table: %m");
-            if (span_vmm_exports.table >= 0) {
-                close(span_vmm_exports.table);
-                span_vmm_exports.table = -1;
-            }
-            return UCS_ERR_IO_ERROR;
-        }
-        span_vmm_exports.table_id   = header[1];
         span_vmm_exports.table_size = 0;
     }
     if (need <= span_vmm_exports.table_size) {
@@ -369,8 +360,7 @@ ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
                                  int *table_p)
 {
     char link[PATH_MAX];
-    uint64_t header[2];
-    struct stat st;
+    mode_t mode;
     int table;
 
     table = span_peer_pidfd_getfd(pidfd, key->table_fd);
@@ -379,17 +369,12 @@ ucs_status_t span_vmm_table_open(int pidfd, const span_vmm_key_t *key,
                   "%u) of process %u: %m", key->table_fd, key->pid);
         return UCS_ERR_UNREACHABLE;
     }
-    if (table >= 0) {
-        span_peer_fd_link(table, link, sizeof(link));
-    }
     /* an exporter closes its table when it exports nothing: a key of a
      * table that is gone names memory no longer exported */
-    if ((table < 0) || (fstat(table, &st) != 0) || !S_ISREG(st.st_mode) ||
-        strncmp(link, SPAN_VMM_TABLE_LINK,
-                strlen(SPAN_VMM_TABLE_LINK)) ||
-        (pread(table, header, sizeof(header), 0) != sizeof(header)) ||
-        (header[0] != SPAN_VMM_TABLE_MAGIC) ||
-        (header[1] != key->table_id)) {
+    if ((table < 0) ||
+        !span_memfd_is(&span_vmm_table_kind, table, link, sizeof(link),
+                       &mode) ||
+        !span_memfd_header_is(&span_vmm_table_kind, table, key->table_id)) {
         ucs_error("span vmm export: descriptor %u of process %u ('%s') is not "
                   "the export table 0x%" PRIx64 " the key names any more (its "
                   "exports were withdrawn, or the process was recycled)",

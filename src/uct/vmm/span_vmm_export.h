@@ -16,8 +16,8 @@
  * the entry again: where both name the key's export, the descriptor it took
  * is that export.
  *
- * Table layout (this build's byte order, same node only): offset 0, magic
- * SPAN_VMM_TABLE_MAGIC and the table id (8 bytes each); entry of
+ * Table layout (this build's byte order, same node only): offset 0, the
+ * header of base/span_memfd.h (magic "SSPTABLE", table id); entry of
  * descriptor fd at SPAN_VMM_TABLE_FIRST + 16 * fd: serial and size
  * (8 bytes each), zero where fd is not an export. The memfd is sealed
  * against shrinking, so that an importer may map it (a view): whether a

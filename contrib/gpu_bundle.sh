@@ -55,7 +55,7 @@ for v in ${SPAN_GPU_RELEASES-1.18.1 1.21.0}; do
     # command address/offset not page-aligned")
 done
 # the test harness, for the PyTorch target (contrib/span_torch_target.py)
-cp -L "$top/test/harness/.libs/libspan_pair.so" "$out/bin/"
+cp -L "$top/tools/harness/.libs/libspan_pair.so" "$out/bin/"
 # the resolver alone, for contrib/span_torch_check.py
 gcc -shared -fPIC -O2 -DHAVE_CONFIG_H -I"$top" -I"$top/src/uct" -I"$ucx/include" \
     $(sed -n 's/^CUDA_CPPFLAGS = //p' "$top/Makefile") \

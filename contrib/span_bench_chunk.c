@@ -10,9 +10,9 @@
  * Usage: span_bench_chunk [REG_GiB [RUNS]]; run by contrib/bench_chunk.sh,
  * which points UCX_MODULE_DIR at span beside the strict test transport.
  */
-#include "test/harness/span_md_open.h"
-#include "test/harness/span_pair.h"
-#include "test/harness/span_stats.h"
+#include "tools/harness/span_md_open.h"
+#include "tools/harness/span_pair.h"
+#include "tools/harness/span_stats.h"
 
 #include <uct/api/uct.h>
 #include <ucs/sys/math.h>

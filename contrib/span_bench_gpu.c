@@ -27,10 +27,10 @@
  *                        and out of VMM memory of HANDLES handles
  * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu_suite.sh runs it.
  */
-#include "test/harness/span_gpu.h"
-#include "test/harness/span_md_open.h"
-#include "test/harness/span_pair.h"
-#include "test/harness/span_stats.h"
+#include "tools/harness/span_gpu.h"
+#include "tools/harness/span_md_open.h"
+#include "tools/harness/span_pair.h"
+#include "tools/harness/span_stats.h"
 #include "vendor/span_vendor.h"
 
 #include "ucx/span_ucx.h" /* the v2 MD calls, not installed */

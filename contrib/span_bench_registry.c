@@ -12,8 +12,8 @@
  * Usage: span_bench_registry [COUNT [RUNS [MD]]] (MD default cma+); needs
  * UCX_MODULE_DIR.
  */
-#include "test/harness/span_stats.h"
-#include "test/harness/span_md_open.h"
+#include "tools/harness/span_stats.h"
+#include "tools/harness/span_md_open.h"
 
 #include <uct/api/uct.h>
 

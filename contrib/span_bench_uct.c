@@ -14,7 +14,7 @@
  * uct_iface_mem_alloc: put_ifmem, get_ifmem) need a transport that has
  * them: cma, not self.
  */
-#include "test/harness/span_md_open.h"
+#include "tools/harness/span_md_open.h"
 
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>

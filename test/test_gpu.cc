@@ -18,9 +18,9 @@
  * ctest shows as skipped, not passed.
  */
 extern "C" {
-#include "test/harness/span_gpu.h"
-#include "test/harness/span_md_open.h"
-#include "test/harness/span_pair.h"
+#include "tools/harness/span_gpu.h"
+#include "tools/harness/span_md_open.h"
+#include "tools/harness/span_pair.h"
 #include "ucx/span_ucx.h" /* the v2 MD calls */
 }
 

@@ -4,8 +4,8 @@
  * from the environment: for the tests and benchmarks that drive an MD
  * directly.
  */
-#ifndef SPAN_MD_OPEN_H_
-#define SPAN_MD_OPEN_H_
+#ifndef SPAN_HARNESS_MD_OPEN_H_
+#define SPAN_HARNESS_MD_OPEN_H_
 
 #include <uct/api/uct.h>
 #include <string.h>

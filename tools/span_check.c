@@ -6,9 +6,9 @@
  * should (and nowhere else), how fast was it. With -c the target is on
  * another node, where span-check -l serves targets.
  */
-#include "test/harness/span_gpu.h"
-#include "test/harness/span_pair.h"
-#include "test/harness/span_stats.h"
+#include "tools/harness/span_gpu.h"
+#include "tools/harness/span_pair.h"
+#include "tools/harness/span_stats.h"
 
 #include <ucs/sys/uid.h>
 

@@ -4,7 +4,7 @@
 # DT_NEEDED that lies in one of DIRS (relative to the current directory),
 # one path a line, each once. Whatever is not found there (libc, the CUDA
 # driver) is the machine's and is left out.
-#   contrib/needed_closure.sh "DIR..." FILE...
+#   contrib/nixl/needed_closure.sh "DIR..." FILE...
 set -euo pipefail
 dirs=$1
 shift

@@ -6,7 +6,7 @@ PyTorch maps an expandable segment as one VMM physical allocation per
 20 MiB page (H100), so a large tensor spans many handles while
 cuMemGetAddressRange at its address names one. The resolver must return
 every handle the tensor touches. Usage (GPU machine with torch):
-    contrib/span_torch_check.py .gpu/bin/libspan_resolve.so
+    contrib/gpu/span_torch_check.py .gpu/bin/libspan_resolve.so
 """
 import ctypes
 import os

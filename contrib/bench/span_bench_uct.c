@@ -4,12 +4,12 @@
  * `self` and `self+` in one process, runs interleaved, medians compared.
  * Written for the project when UCT-level ucx_perftest could not drive a twin
  * (it allocates through the inner MD); it can now (docs/architecture.md,
- * contrib/bench_perftest_uct.sh).
+ * contrib/bench/bench_perftest_uct.sh).
  *
  * Usage: span_bench_uct [OPS_PER_RUN [RUNS [TL [OP]]]]; needs
  * UCX_MODULE_DIR. With TL, only that transport runs each op (or OP alone)
  * OPS_PER_RUN times, RUNS times, in a function of its own (span_bench_<op>),
- * which a profiler can count alone: contrib/callgrind_overhead.sh. The
+ * which a profiler can count alone: contrib/bench/callgrind_overhead.sh. The
  * zero-copy ops (64 bytes in one iov entry, or in three; or in one from
  * uct_iface_mem_alloc: put_ifmem, get_ifmem) need a transport that has
  * them: cma, not self.

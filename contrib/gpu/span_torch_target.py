@@ -9,7 +9,7 @@ harness, loaded from libspan_pair.so, serves it to the initiator: the
 tensor is what UCP registers and packs, what the peer writes and reads,
 and what is checked byte by byte. span_gpu_test starts this process
 (span_pair_start_exec) where SPAN_GPU_TORCH_TARGET names it, as
-contrib/gpu_suite.sh does where torch imports:
+contrib/gpu/gpu_suite.sh does where torch imports:
     span_torch_target.py LIBSPAN_PAIR MIB
 """
 import ctypes

@@ -5,7 +5,7 @@
 # bandwidth (MB/s, 64 KiB), between two processes (self: one process, -l).
 # Native and twin runs alternate; each cell is the median of RUNS runs; the
 # ratio is twin / native (latency: lower is better, bandwidth: higher).
-#   ./contrib/bench_perftest_uct.sh [RUNS [TRANSPORTS [MEMTYPE]]]
+#   ./contrib/bench/bench_perftest_uct.sh [RUNS [TRANSPORTS [MEMTYPE]]]
 # TRANSPORTS: comma-separated native names (default cma,posix,sysv,self);
 # MEMTYPE: host (default) or cuda (ucx_perftest -m cuda, e.g. cuda_ipc).
 # Environment: SPAN_UCX_PREFIX (default .span-deps/ucx), UCX_MODULE_DIR,
@@ -15,7 +15,7 @@
 # non-zero where any run fails (the perftest_uct test of make check).
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-5}
 tls=${2:-cma,posix,sysv,self}
 memtype=${3:-host}
@@ -24,8 +24,8 @@ export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/uct/.libs}
 export UCX_WARN_UNUSED_ENV_VARS=n
 perftest=$ucx/bin/ucx_perftest
-. "$top/contrib/bench_lib.sh"
-# a plugin built with a sanitizer (contrib/sanitize.sh) loads into this
+. "$top/contrib/bench/bench_lib.sh"
+# a plugin built with a sanitizer (contrib/sanitize/sanitize.sh) loads into this
 # uninstrumented ucx_perftest only behind its runtime; leaks are left to the
 # tests linked with it (ucx_perftest's own would be reported)
 san=$(ldd "$UCX_MODULE_DIR/libspan_impl.so" 2>/dev/null |

@@ -5,7 +5,7 @@
  * (SPAN_REAL_NVML, a path) only the calls span's probe makes, so UCX's NVML
  * loader, which needs more, gives up, as the probe did at random in UCX
  * 1.22 and 1.23. The twin must then offer get zero-copy all the same.
- * Built by contrib/gpu_bundle.sh; put first in LD_LIBRARY_PATH.
+ * Built by contrib/gpu/gpu_bundle.sh; put first in LD_LIBRARY_PATH.
  */
 #include <dlfcn.h>
 #include <stdlib.h>

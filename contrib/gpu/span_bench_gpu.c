@@ -25,7 +25,7 @@
  *                        the ceiling of the above without UCX: device copies
  *                        in one process between cudaMalloc buffers and into
  *                        and out of VMM memory of HANDLES handles
- * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu_suite.sh runs it.
+ * Needs UCX_MODULE_DIR (span) and a GPU; contrib/gpu/gpu_suite.sh runs it.
  */
 #include "tools/harness/span_gpu.h"
 #include "tools/harness/span_md_open.h"

@@ -7,8 +7,9 @@
  *  2. bandwidth: UCP puts and gets between two processes over posix,cma+
  *     that cross a hard boundary (split in two ops) vs ones that do not.
  *
- * Usage: span_bench_chunk [REG_GiB [RUNS]]; run by contrib/bench_chunk.sh,
- * which points UCX_MODULE_DIR at span beside the strict test transport.
+ * Usage: span_bench_chunk [REG_GiB [RUNS]]; run by
+ * contrib/bench/bench_chunk.sh, which points UCX_MODULE_DIR at span beside
+ * the strict test transport.
  */
 #include "tools/harness/span_md_open.h"
 #include "tools/harness/span_pair.h"

@@ -232,7 +232,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("root", nargs="?",
                         default=os.path.dirname(os.path.dirname(
-                            os.path.abspath(__file__))))
+                            os.path.dirname(os.path.abspath(__file__)))))
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
     if args.self_test:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Instructions a twin adds to each op, counted by callgrind (stable where
-# timings are not): contrib/span_bench_uct runs each op OPS times over a
+# timings are not): contrib/bench/span_bench_uct runs each op OPS times over a
 # native transport and over its twin, each in a process of its own, and
 # callgrind counts only inside the op's loop (span_bench_<op>). The
 # difference of the two counts, per op, is what the twin's patched op costs.
@@ -10,16 +10,16 @@
 # none, each waited for (cma moves the bytes from the worker's progress);
 # put_ifmem and get_ifmem are put_zcopy and get_zcopy from memory that
 # uct_iface_mem_alloc gave, as UCT-level ucx_perftest moves.
-# Run from a built tree: ./contrib/callgrind_overhead.sh [OPS]
+# Run from a built tree: ./contrib/bench/callgrind_overhead.sh [OPS]
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 ops=${1:-100000}
 ucx=${SPAN_UCX_PREFIX:-$top/.span-deps/ucx}
 export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/uct/.libs}
 export UCX_WARN_UNUSED_ENV_VARS=n
-bench=$top/contrib/span_bench_uct
+bench=$top/contrib/bench/span_bench_uct
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -2,16 +2,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Packs a slim copy of NIXL's python package for the GPU machine (Python
 # 3.12, torch, no network) into .gpu/nixlpy/ (git-ignored), for
-# contrib/nixl_check.py --gpu, run by contrib/gpu_suite.sh: the nixl_cu13
+# contrib/nixl/nixl_check.py --gpu, run by contrib/gpu/gpu_suite.sh: the nixl_cu13
 # package, libnixl and the UCX backend plugin, and what they and NIXL's UCX
 # modules for CUDA and CMA link per readelf -d; not nixl_ep, not the other
 # plugins. Stripped, then packed as .gpu/nixlpy/nixl.tar.xz (gpu_suite.sh
-# unpacks it there). Run after contrib/gpu_bundle.sh (which empties .gpu/).
+# unpacks it there). Run after contrib/gpu/gpu_bundle.sh (which empties .gpu/).
 # libucm_cuda links libcudart.so.13: torch's nvidia/cu13/lib has it there.
 # NIXL's python API imports numpy; --numpy adds numpy for a machine without
 # it (about 9 MB more).
 set -euo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 version=${SPAN_NIXL_VERSION:-1.5.1}
 pyver=${SPAN_NIXL_PYTHON:-3.12}
 out=$top/.gpu/nixlpy
@@ -29,7 +29,7 @@ mkdir -p "$out/py"
     # libnixl finds its plugins in .nixl_cu13.mesonpy.libs/plugins, libucs
     # its modules in ucx/ beside itself; the rest by RPATH, in either
     # library directory
-    seen=$("$top/contrib/needed_closure.sh" \
+    seen=$("$top/contrib/nixl/needed_closure.sh" \
                ".nixl_cu13.mesonpy.libs nixl_cu13.libs" \
                nixl_cu13/_bindings.*.so \
                .nixl_cu13.mesonpy.libs/plugins/libplugin_UCX.so \

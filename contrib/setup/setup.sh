@@ -5,7 +5,7 @@
 # unpacked into a project-local prefix (.span-deps/), never system-wide.
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 deps="$top/.span-deps"
 ucx_wheel_version=${SPAN_UCX_WHEEL_VERSION:-1.22.0}
 
@@ -97,7 +97,7 @@ if [ ! -f "$stamp" ]; then
     libs="$deps/nixl-wheel/x/nixl_cu13.libs"
     (
         cd "$libs"
-        for f in $("$top/contrib/needed_closure.sh" . \
+        for f in $("$top/contrib/nixl/needed_closure.sh" . \
                        libucp-*.so* libuct-*.so* libucs-*.so* libucm-*.so* \
                        ucx/*.so*); do
             mkdir -p "$nixl_prefix/lib/$(dirname "$f")"
@@ -113,7 +113,7 @@ if [ ! -f "$stamp" ]; then
 fi
 echo "setup: NIXL's UCX in $nixl_prefix/lib"
 
-# NIXL's python package (for contrib/nixl_check.py, the nixl_client test)
+# NIXL's python package (for contrib/nixl/nixl_check.py, the nixl_client test)
 # and numpy, for this machine's python3, in a project-local directory:
 # PYTHONPATH=.span-deps/nixl/py. nixl_ep (about 95 MB of PyTorch extensions) and
 # the wheel's headers are not needed and are dropped.
@@ -153,7 +153,7 @@ if [ ! -f "$stamp" ]; then
 fi
 echo "setup: UCXX in $ucxx_py"
 
-# The verbs VM (contrib/verbs_vm.sh): qemu and busybox from Debian, the
+# The verbs VM (contrib/setup/verbs_vm.sh): qemu and busybox from Debian, the
 # kernel package downloaded and unpacked into .span-deps/vm, never installed;
 # patchelf for the VM leg of make check (test/vm/run.sh).
 # SPAN_SETUP_VM=no leaves it out; make check then reports the VM leg skipped.
@@ -171,5 +171,5 @@ if [ "${SPAN_SETUP_VM:-yes}" != no ]; then
         DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq \
             --no-install-recommends "${missing[@]}"
     fi
-    "$top/contrib/verbs_vm.sh" prepare
+    "$top/contrib/setup/verbs_vm.sh" prepare
 fi

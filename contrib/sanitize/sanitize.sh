@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Builds a copy of the committed tree with a sanitizer and runs make check.
-#   ./contrib/sanitize.sh [address|thread] [BUILD_DIR]
+#   ./contrib/sanitize/sanitize.sh [address|thread] [BUILD_DIR]
 # address: ASan + UBSan, leaks included; thread: TSan.
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 kind=${1:-address}
 dir=${2:-/tmp/span-$kind}
 case $kind in
@@ -14,13 +14,13 @@ thread)  san=thread ;;
 *) echo "usage: $0 [address|thread] [BUILD_DIR]" >&2; exit 2 ;;
 esac
 
-"$top/contrib/setup.sh"
+"$top/contrib/setup/setup.sh"
 rm -rf "$dir"
 mkdir -p "$dir"
 git -C "$top" archive HEAD | tar -x -C "$dir"
 cd "$dir"
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=$san"
-gcc -O2 -fPIC -c "$top/contrib/sanitize_shim.c" -o sanitize_shim.o
+gcc -O2 -fPIC -c "$top/contrib/sanitize/sanitize_shim.c" -o sanitize_shim.o
 ./autogen.sh >/dev/null
 ./configure -q --with-ucx="$top/.span-deps/ucx" CFLAGS="$flags" \
     CXXFLAGS="$flags" LDFLAGS="-fsanitize=$san" LIBS="$dir/sanitize_shim.o"

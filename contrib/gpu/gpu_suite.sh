@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The GPU suite and GPU benchmarks, on a machine with an NVIDIA GPU and no
-# network, from the copy contrib/gpu_bundle.sh made (.gpu/): run from the
+# network, from the copy contrib/gpu/gpu_bundle.sh made (.gpu/): run from the
 # repository root there. Prints one table per part:
 #  1. GPU tests (native cuda_ipc beside cuda_ipc+, bytes checked), in the
 #     configurations SPAN_PART1 names (default: defaults given nowiden);
 #  2. which protocols UCP selects for device memory (UCX_PROTO_INFO);
 #  3. the resolver's view of a VMM range;
 #  4. ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, medians of RUNS;
-#  U. the same at UCT level (put/get zcopy), contrib/bench_perftest_uct.sh;
+#  U. the same at UCT level (put/get zcopy), contrib/bench/bench_perftest_uct.sh;
 #  5. registering 10,000 sub-buffers of one allocation, twin vs native.
 #  6. span-check with its GPU scenarios;
 #  7. a PyTorch expandable_segments tensor through the resolver;
@@ -18,8 +18,8 @@
 #     scenarios between twins (UCX_PROTO_INFO): any not over cuda_ipc+ fails;
 #  P. put/get sweep 4-256 MiB: VMM of 2 and 20 MiB handles (twin) vs
 #     cudaMalloc (native), issue 12's table;
-#  N. NIXL as the client (contrib/nixl_check.py --gpu), where .gpu/nixlpy has
-#     contrib/nixl_bundle.sh's copy of NIXL.
+#  N. NIXL as the client (contrib/nixl/nixl_check.py --gpu), where .gpu/nixlpy has
+#     contrib/nixl/nixl_bundle.sh's copy of NIXL.
 #  F. fresh pairs: ucx_perftest -m cuda -t ucp_get, a new server and client
 #     each time, SPAN_FRESH_PAIRS of them (default 50) over the twin with
 #     UCX_LOG_LEVEL=debug and 20 natively: the protocol UCP chose for get,
@@ -48,10 +48,10 @@
 #     2 H200s): it needs a build against each release's own headers;
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
 #     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, docs/rocm.md); skipped elsewhere.
-# Usage: contrib/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
+# Usage: contrib/gpu/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
 # (default 1234U56789PNFMKCR; V only when named)
 set -uo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-5}
 parts=${2:-1234U56789PNFMKCR}
 part() { [[ $parts == *$1* ]]; }
@@ -59,7 +59,7 @@ gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=$gpu/span UCX_WARN_UNUSED_ENV_VARS=n
 perftest=$gpu/ucx/bin/ucx_perftest
-. "$top/contrib/bench_lib.sh"
+. "$top/contrib/bench/bench_lib.sh"
 native=cuda_copy,cuda_ipc,posix
 twin=cuda_copy,cuda_ipc+,posix
 
@@ -75,7 +75,7 @@ fi
 # under its own CUDA_VISIBLE_DEVICES, keep theirs apart
 tmp=${SPAN_SUITE_TMP:-/tmp/span_suite${CUDA_VISIBLE_DEVICES:+_${CUDA_VISIBLE_DEVICES//,/_}}}
 mkdir -p "$tmp" && echo "logs: $tmp"
-# NIXL's python package from contrib/nixl_bundle.sh's copy, in $tmp/span_nixl
+# NIXL's python package from contrib/nixl/nixl_bundle.sh's copy, in $tmp/span_nixl
 nixl_unpack() {
     rm -rf "$tmp/span_nixl" && mkdir -p "$tmp/span_nixl" &&
         tar -C "$tmp/span_nixl" -xJf "$gpu/nixlpy/nixl.tar.xz"
@@ -123,7 +123,7 @@ echo
 echo "## 1. GPU tests"
 if python3 -c 'import torch' 2>/dev/null; then
     # the torch_* cases: the target is a PyTorch process
-    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
+    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/gpu/span_torch_target.py $gpu/bin/libspan_pair.so"
 else
     echo "(no torch here: the torch_* cases skip)"
 fi
@@ -170,7 +170,7 @@ part V && {
 part 7 && {
 echo
 echo "## 7. A PyTorch expandable_segments tensor, as the resolver sees it"
-python3 "$top/contrib/span_torch_check.py" "$gpu/bin/libspan_resolve.so" 2>&1 |
+python3 "$top/contrib/gpu/span_torch_check.py" "$gpu/bin/libspan_resolve.so" 2>&1 |
     grep -v Warning
 }
 
@@ -260,7 +260,7 @@ echo "## U. UCT-level ucx_perftest -m cuda, cuda_ipc vs cuda_ipc+, 16 MiB"
 # get zcopy on: cuda_ipc's default (auto) offers none on this platform
 UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y SPAN_UCX_PREFIX=$gpu/ucx \
     SPAN_PERFTEST_BW_SIZE=$((16 << 20)) SPAN_PERFTEST_BW_ITERS=500 \
-    "$top/contrib/bench_perftest_uct.sh" "$runs" cuda_ipc cuda
+    "$top/contrib/bench/bench_perftest_uct.sh" "$runs" cuda_ipc cuda
 rc=$((rc | $?))
 }
 
@@ -345,12 +345,12 @@ echo
 echo "## N. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors"
 if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
     nixl_unpack
-    PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" --gpu \
+    PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl/nixl_check.py" --gpu \
         --runs "$runs"
     r=$?
     [ $r -eq 77 ] || rc=$((rc | r))
 else
-    echo "(no .gpu/nixlpy: contrib/nixl_bundle.sh makes it)"
+    echo "(no .gpu/nixlpy: contrib/nixl/nixl_bundle.sh makes it)"
 fi
 }
 
@@ -392,7 +392,7 @@ fresh() { # TLS LOGLEVEL PAIRS TL
 # tcp beside: as NIXL's users run it (where get fell to emulation)
 fresh cuda_copy,cuda_ipc+,tcp debug "$pairs" cuda_ipc+ || rc=1
 fresh cuda_copy,cuda_ipc,tcp debug $((pairs < 20 ? pairs : 20)) cuda_ipc
-# cuda_ipc's NVLink probe made to fail every time (contrib/span_nvml_shim.c):
+# cuda_ipc's NVLink probe made to fail every time (contrib/gpu/span_nvml_shim.c):
 # the twin must carry get all the same; natively it is emulated
 real=$(ldconfig -p | awk '/libnvidia-ml.so.1 / {print $NF; exit}')
 if [ -f "$gpu/nvshim/libnvidia-ml.so.1" ] && [ -n "$real" ]; then
@@ -414,7 +414,7 @@ echo '| initiator -> target | cases right (twin) | device ops not over cuda_ipc+
 echo '|---|---|---|---|---|---|'
 cases() { echo "*put_get/malloc_sub_odd_$1:*put_get/vmm_16_sub_odd_$1:*put_get/torch_second_half_$1"; }
 python3 -c 'import torch' 2>/dev/null &&
-    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/span_torch_target.py $gpu/bin/libspan_pair.so"
+    export SPAN_GPU_TORCH_TARGET="python3 $top/contrib/gpu/span_torch_target.py $gpu/bin/libspan_pair.so"
 for i in ${SPAN_MATRIX_FROM:-$(seq 0 $((ngpus - 1)))}; do
     for ((j = 0; j < ngpus; j++)); do
         [ $i -eq $j ] && continue
@@ -508,7 +508,7 @@ echo '| round | pair | nixl_check | twin rows wrong | cold start (ms): expandabl
 echo '|---|---|---|---|---|---|'
 for ((r = 0; r < runs; r++)); do
     for ((i = 0; i < ngpus; i++)); do
-        PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl_check.py" \
+        PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl/nixl_check.py" \
             --gpu --runs 1 --gpus $i,$(((i + 1) % ngpus)) \
             > $tmp/span_nixl_c$i.log 2>&1 &
     done

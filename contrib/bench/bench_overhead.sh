@@ -2,24 +2,24 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Overhead of span twins against the native transports, in the same run:
 #  1. per-op cost: put_short / get_bcopy of 8 bytes, self vs self+
-#     (contrib/span_bench_uct, in one process);
+#     (contrib/bench/span_bench_uct, in one process);
 #  2. bandwidth: UCP put and get of 1-64 MiB between two processes,
 #     UCX_TLS=posix,cma vs posix,cma+ (ucx_perftest from the UCX wheel).
 # Native and twin runs alternate; each cell is the median of RUNS runs.
-# Run from a built tree: ./contrib/bench_overhead.sh [RUNS]
+# Run from a built tree: ./contrib/bench/bench_overhead.sh [RUNS]
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-5}
 ucx=${SPAN_UCX_PREFIX:-$top/.span-deps/ucx}
 export LD_LIBRARY_PATH=$ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$top/src/uct/.libs}
 export UCX_WARN_UNUSED_ENV_VARS=n
 perftest=$ucx/bin/ucx_perftest
-. "$top/contrib/bench_lib.sh"
+. "$top/contrib/bench/bench_lib.sh"
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 echo
-"$top/contrib/span_bench_uct" 2000000 $((runs * 2 + 1))
+"$top/contrib/bench/span_bench_uct" 2000000 $((runs * 2 + 1))
 echo
 echo "UCP bandwidth between two processes, MB/s, median of $runs"
 echo

@@ -9,7 +9,7 @@
 # how they compare. Every test gets a result: one gtest process per chunk of
 # tests, restarted after the test that crashed or hung.
 # It runs by hand, outside `make check`: CI has no UCX source tree.
-#   contrib/ucx_gtest.sh UCX_SOURCE_DIR [SPAN_MODULE_DIR]
+#   contrib/ucx/ucx_gtest.sh UCX_SOURCE_DIR [SPAN_MODULE_DIR]
 # SPAN_MODULE_DIR: holds libuct_span.so* and libspan_impl.so (default
 # src/uct/.libs of this checkout). Environment: SPAN_GTEST_WORK (work dir,
 # default /tmp/span_gtest/<basename of UCX_SOURCE_DIR>), SPAN_GTEST_TLS
@@ -32,7 +32,7 @@ msg() { echo "ucx_gtest.sh: $*" >&2; }
 
 [ $# -ge 1 ] && [ $# -le 2 ] ||
     die "usage: $0 UCX_SOURCE_DIR [SPAN_MODULE_DIR]"
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 src=$1
 [ -d "$src" ] || die "UCX source dir '$src' does not exist"
 src=$(cd "$src" && pwd)

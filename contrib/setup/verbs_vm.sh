@@ -5,12 +5,12 @@
 # a chroot of the host's / shared read-only through 9p, so host binaries, the
 # checkout and .span-deps run unchanged at their own paths.
 #
-#   contrib/verbs_vm.sh prepare          # download the kernel, build the initramfs
-#   contrib/verbs_vm.sh run 'cmd' ...    # each cmd in bash, in the current dir
-#   contrib/verbs_vm.sh cluster 'server cmd' 'cmd' ...
+#   contrib/setup/verbs_vm.sh prepare          # download the kernel, build the initramfs
+#   contrib/setup/verbs_vm.sh run 'cmd' ...    # each cmd in bash, in the current dir
+#   contrib/setup/verbs_vm.sh cluster 'server cmd' 'cmd' ...
 #                                        # two VMs, two hosts as UCX sees them
 #
-# Everything is cached under .span-deps/vm/ (contrib/setup.sh runs prepare); the
+# Everything is cached under .span-deps/vm/ (contrib/setup/setup.sh runs prepare); the
 # kernel package is downloaded and unpacked, never installed. `run` prints
 # each command's output and exit status and exits with the first non-zero
 # one; 77 where qemu or the prepared VM is missing (the reason on stderr).
@@ -35,7 +35,7 @@
 # non-zero one of a's commands, or of the server where it ended on its own.
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH="$PATH:/usr/sbin:/sbin" # modprobe, depmod
 vmdir=${VERBS_VM_DIR:-$top/.span-deps/vm}
 share=${VERBS_VM_SHARE:-$top}
@@ -57,7 +57,7 @@ kernel_package() {
 prepare() {
     local pkg kver m
     for t in "$qemu" busybox modprobe depmod cpio apt-get dpkg; do
-        command -v "$t" >/dev/null || die "prepare needs $t (contrib/setup.sh installs it)"
+        command -v "$t" >/dev/null || die "prepare needs $t (contrib/setup/setup.sh installs it)"
     done
     [ -x /bin/busybox ] && file_static /bin/busybox ||
         die "prepare needs a static /bin/busybox (busybox-static)"
@@ -169,9 +169,9 @@ EOF
 
 # Skips (77) where this VM cannot boot
 vm_check() {
-    command -v "$qemu" >/dev/null || skip "no $qemu (contrib/setup.sh installs qemu-system-x86)"
+    command -v "$qemu" >/dev/null || skip "no $qemu (contrib/setup/setup.sh installs qemu-system-x86)"
     [ -f "$kdir/vmlinuz" ] && [ -f "$kdir/initrd.gz" ] ||
-        skip "no VM kernel in $vmdir (contrib/setup.sh, or $0 prepare)"
+        skip "no VM kernel in $vmdir (contrib/setup/setup.sh, or $0 prepare)"
     cmp -s "$kdir/init" <(guest_init) ||
         skip "the VM in $vmdir is older than this script ($0 prepare)"
 }

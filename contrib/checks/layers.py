@@ -274,7 +274,7 @@ def self_test():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--src", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
     parser.add_argument("--objects", help="build directory of src: "
                         "add what the objects call")
     parser.add_argument("--self-test", action="store_true")

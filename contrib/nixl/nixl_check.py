@@ -704,8 +704,8 @@ def main():
         import_nixl()
     except ImportError as e:
         print("nixl_check: SKIP: the NIXL python package does not import "
-              "(%s); contrib/setup.sh installs it into .span-deps/nixl/py, "
-              "contrib/nixl_bundle.sh packs it for the GPU suite" % e)
+              "(%s); contrib/setup/setup.sh installs it into .span-deps/nixl/py, "
+              "contrib/nixl/nixl_bundle.sh packs it for the GPU suite" % e)
         return 77
     if args.tls:
         native, twin = args.tls

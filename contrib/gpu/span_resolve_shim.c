@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The CUDA resolver as a plain C call, for contrib/span_torch_check.py
+ * The CUDA resolver as a plain C call, for contrib/gpu/span_torch_check.py
  * (ctypes): how span sees a real PyTorch tensor.
  */
 #include "resolve/span_cuda_driver.h"

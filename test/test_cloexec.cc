@@ -10,7 +10,7 @@
 extern "C" {
 #include "base/span_peer.h"
 #include "key/span_spill.h"
-#include "resolvers/span_vmm_export.h"
+#include "vmm/span_vmm_export.h"
 }
 #include "test_fork.h"
 

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_cuda.h"
+#include "resolve/span_device.h"
 #include "base/span_chunk.h"
 }
 
@@ -61,7 +61,7 @@ ucs_status_t fake_vmm_device(uint64_t addr, int *device_p)
     return UCS_ERR_UNSUPPORTED;
 }
 
-const span_cuda_ops_t fake_ops = {fake_range, fake_buffer_id,
+const span_device_ops_t fake_ops = {fake_range, fake_buffer_id,
                                   fake_vmm_device};
 
 const uint64_t MiB = 1ull << 20;
@@ -84,11 +84,11 @@ protected:
 
 TEST_F(cuda_resolver, sub_allocation_resolves_to_its_allocation)
 {
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
 
     fake_space.push_back({0x7f0000000000ull, 64 * MiB, 11, -1});
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, 0x7f0000000000ull + 4109,
-                                        1000, &ext));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, 0x7f0000000000ull + 4109,
+                                          1000, &ext));
     EXPECT_EQ(0x7f0000000000ull, ext.base);
     EXPECT_EQ(64 * MiB, ext.length);
     EXPECT_EQ(1u, ext.num_units);
@@ -97,14 +97,14 @@ TEST_F(cuda_resolver, sub_allocation_resolves_to_its_allocation)
 
 TEST_F(cuda_resolver, vmm_range_resolves_to_every_handle_it_touches)
 {
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
     uint64_t base = 0x7e0000200000ull;
 
     /* PyTorch's expandable segments: 20 MiB handles; a 300 MiB tensor that
      * starts 5 MiB into the second handle touches 16 of them */
     fake_vmm(base, 21, 20 * MiB, 100);
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base + 25 * MiB,
-                                        300 * MiB, &ext));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base + 25 * MiB,
+                                          300 * MiB, &ext));
     EXPECT_EQ(base + 20 * MiB, ext.base);
     EXPECT_EQ(16u * 20 * MiB, ext.length);
     EXPECT_EQ(16u, ext.num_units);
@@ -113,27 +113,27 @@ TEST_F(cuda_resolver, vmm_range_resolves_to_every_handle_it_touches)
 
 TEST_F(cuda_resolver, identity_changes_with_any_handle)
 {
-    span_cuda_extent_t a, b;
+    span_device_extent_t a, b;
     uint64_t base = 0x7e0000000000ull;
 
     fake_vmm(base, 4, 2 * MiB, 1);
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 8 * MiB, &a));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 8 * MiB, &a));
     fake_space[3].buffer_id = 99; /* the last handle mapped anew */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 8 * MiB, &b));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 8 * MiB, &b));
     EXPECT_NE(a.identity, b.identity);
     fake_space[3].buffer_id = 4;
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 8 * MiB, &b));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 8 * MiB, &b));
     EXPECT_EQ(a.identity, b.identity);
 }
 
 TEST_F(cuda_resolver, shorter_last_unit_is_accepted)
 {
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
     uint64_t base = 0x7e0000000000ull;
 
     fake_vmm(base, 3, 4 * MiB, 1);
     fake_space.push_back({base + 12 * MiB, 2 * MiB, 9, -1});
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 14 * MiB, &ext));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 14 * MiB, &ext));
     EXPECT_EQ(4u, ext.num_units);
     EXPECT_EQ(14 * MiB, ext.length);
     EXPECT_EQ(4 * MiB, ext.unit_size);
@@ -141,7 +141,7 @@ TEST_F(cuda_resolver, shorter_last_unit_is_accepted)
 
 TEST_F(cuda_resolver, exported_vmm_handles_of_mixed_sizes_are_refused)
 {
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
     uint64_t base = 0x7e0000000000ull;
     log_counter logs;
 
@@ -149,80 +149,80 @@ TEST_F(cuda_resolver, exported_vmm_handles_of_mixed_sizes_are_refused)
     fake_vmm(base, 1, 2 * MiB, 1);
     fake_vmm(base + 2 * MiB, 1, 4 * MiB, 2);
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_cuda_resolve(&fake_ops, base, 6 * MiB, &ext));
+              span_device_resolve(&fake_ops, base, 6 * MiB, &ext));
     fake_space.clear();
     fake_vmm(base, 1, 4 * MiB, 1);
     fake_vmm(base + 4 * MiB, 1, 2 * MiB, 2);
     fake_vmm(base + 6 * MiB, 1, 4 * MiB, 3);
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_cuda_resolve(&fake_ops, base, 10 * MiB, &ext));
+              span_device_resolve(&fake_ops, base, 10 * MiB, &ext));
     /* allocations of sizes without a whole page in common */
     fake_space.clear();
     fake_space.push_back({base, 4 * MiB, 1, -1});
     fake_space.push_back({base + 4 * MiB, 1000000, 2, -1});
     fake_space.push_back({base + 4 * MiB + 1000000, 4 * MiB, 3, -1});
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              span_cuda_resolve(&fake_ops, base, 9 * MiB, &ext));
+              span_device_resolve(&fake_ops, base, 9 * MiB, &ext));
     EXPECT_EQ(3u, logs.count("physical allocations of several sizes"));
 }
 
 TEST_F(cuda_resolver, neighbour_allocations_of_two_sizes_resolve_to_common_units)
 {
-    span_cuda_extent_t ext, first;
+    span_device_extent_t ext, first;
     uint64_t base = 0x7e0000000000ull;
 
     /* cudaMalloc blocks of 1 and 3 MiB, which UCP's memtype cache may merge
      * into one region that it registers whole */
     fake_space.push_back({base, 1 * MiB, 1, -1});
     fake_space.push_back({base + 1 * MiB, 3 * MiB, 2, -1});
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 4 * MiB, &ext));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 4 * MiB, &ext));
     EXPECT_EQ(base, ext.base);
     EXPECT_EQ(4 * MiB, ext.length);
     EXPECT_EQ(2u, ext.num_units);
     EXPECT_EQ(1 * MiB, ext.unit_size);
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 4096, &first));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 4096, &first));
     EXPECT_NE(first.identity, ext.identity);
     /* and the other way round */
     fake_space.clear();
     fake_space.push_back({base, 4 * MiB, 1, -1});
     fake_space.push_back({base + 4 * MiB, 6 * MiB, 2, -1});
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base + 3 * MiB, 2 * MiB,
-                                        &ext));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base + 3 * MiB, 2 * MiB,
+                                          &ext));
     EXPECT_EQ(10 * MiB, ext.length);
     EXPECT_EQ(2 * MiB, ext.unit_size);
 }
 
 TEST_F(cuda_resolver, range_past_device_memory_stops_at_the_gap)
 {
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
     uint64_t base = 0x7e0000000000ull;
 
     fake_space.push_back({base, 2 * MiB, 1, -1});
     fake_space.push_back({base + 4 * MiB, 2 * MiB, 2, -1}); /* hole before */
     log_counter logs;
     /* the units up to the hole: accesses past them are out of bounds */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 6 * MiB, &ext));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 6 * MiB, &ext));
     EXPECT_EQ(1u, ext.num_units);
     EXPECT_EQ(2 * MiB, ext.length);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-              span_cuda_resolve(&fake_ops, base + 2 * MiB, 4 * MiB, &ext));
+              span_device_resolve(&fake_ops, base + 2 * MiB, 4 * MiB, &ext));
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-              span_cuda_resolve(&fake_ops, 0x1000, 64, &ext));
+              span_device_resolve(&fake_ops, 0x1000, 64, &ext));
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              span_cuda_resolve(&fake_ops, base, 0, &ext));
+              span_device_resolve(&fake_ops, base, 0, &ext));
     EXPECT_EQ(2u, logs.count("is not mapped device memory"));
 }
 
 namespace {
 
-const span_cuda_widen_limits_t no_limits = {UINT64_MAX, SPAN_CHUNK_MAX};
+const span_device_widen_limits_t no_limits = {UINT64_MAX, SPAN_CHUNK_MAX};
 
 /* What UCP passes with its defaults: exactly the handle at addr */
-span_cuda_extent_t resolve_one_handle(uint64_t addr, uint64_t size)
+span_device_extent_t resolve_one_handle(uint64_t addr, uint64_t size)
 {
-    span_cuda_extent_t ext = {};
+    span_device_extent_t ext = {};
 
-    EXPECT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, addr, size, &ext));
+    EXPECT_EQ(UCS_OK, span_device_resolve(&fake_ops, addr, size, &ext));
     EXPECT_EQ(1u, ext.num_units);
     return ext;
 }
@@ -232,19 +232,19 @@ span_cuda_extent_t resolve_one_handle(uint64_t addr, uint64_t size)
 TEST_F(cuda_resolver, one_vmm_handle_widens_over_the_handles_after_it)
 {
     uint64_t base = 0x7e0000200000ull;
-    span_cuda_extent_t all;
+    span_device_extent_t all;
 
     /* PyTorch's expandable segment: the tensor starts in the second page */
     fake_vmm(base, 16, 20 * MiB, 100);
-    span_cuda_extent_t ext = resolve_one_handle(base + 20 * MiB, 20 * MiB);
-    EXPECT_EQ(14u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    span_device_extent_t ext = resolve_one_handle(base + 20 * MiB, 20 * MiB);
+    EXPECT_EQ(14u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(base + 20 * MiB, ext.base);
     EXPECT_EQ(15u, ext.num_units);
     EXPECT_EQ(15 * 20 * MiB, ext.length);
     EXPECT_EQ(20 * MiB, ext.unit_size);
     /* the same memory as a walk of the whole range: one identity */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base + 20 * MiB,
-                                        15 * 20 * MiB, &all));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base + 20 * MiB,
+                                          15 * 20 * MiB, &all));
     EXPECT_EQ(all.identity, ext.identity);
 }
 
@@ -255,11 +255,11 @@ TEST_F(cuda_resolver, widening_stops_at_a_gap_a_device_a_size_or_a_kind)
     fake_vmm(base, 3, 2 * MiB, 1);
     fake_vmm(base + 8 * MiB, 2, 2 * MiB, 10); /* after a 2 MiB hole */
     fake_vmm(base + 12 * MiB, 1, 2 * MiB, 20, 1); /* on device 1 */
-    span_cuda_extent_t ext = resolve_one_handle(base, 2 * MiB);
-    EXPECT_EQ(2u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    span_device_extent_t ext = resolve_one_handle(base, 2 * MiB);
+    EXPECT_EQ(2u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(6 * MiB, ext.length);
     ext = resolve_one_handle(base + 8 * MiB, 2 * MiB);
-    EXPECT_EQ(1u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    EXPECT_EQ(1u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(4 * MiB, ext.length);
 
     /* a larger handle, or memory span cannot export, ends the run; a
@@ -268,21 +268,21 @@ TEST_F(cuda_resolver, widening_stops_at_a_gap_a_device_a_size_or_a_kind)
     fake_vmm(base, 2, 2 * MiB, 1);
     fake_vmm(base + 4 * MiB, 1, 4 * MiB, 3);
     ext = resolve_one_handle(base, 2 * MiB);
-    EXPECT_EQ(1u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    EXPECT_EQ(1u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(4 * MiB, ext.length);
     fake_space.clear();
     fake_vmm(base, 2, 4 * MiB, 1);
     fake_vmm(base + 8 * MiB, 1, 2 * MiB, 3);
     fake_vmm(base + 10 * MiB, 1, 2 * MiB, 4);
     ext = resolve_one_handle(base, 4 * MiB);
-    EXPECT_EQ(2u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    EXPECT_EQ(2u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(10 * MiB, ext.length);
     EXPECT_EQ(4 * MiB, ext.unit_size);
     fake_space.clear();
     fake_vmm(base, 1, 2 * MiB, 1);
     fake_space.push_back({base + 2 * MiB, 2 * MiB, 2, -1});
     ext = resolve_one_handle(base, 2 * MiB);
-    EXPECT_EQ(0u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    EXPECT_EQ(0u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(2 * MiB, ext.length);
     EXPECT_EQ(0u, ext.unit_size);
 }
@@ -290,34 +290,34 @@ TEST_F(cuda_resolver, widening_stops_at_a_gap_a_device_a_size_or_a_kind)
 TEST_F(cuda_resolver, widening_stays_within_its_limits)
 {
     uint64_t base = 0x7e0000000000ull;
-    span_cuda_widen_limits_t bytes = {7 * MiB, SPAN_CHUNK_MAX};
-    span_cuda_widen_limits_t units = {UINT64_MAX, 2};
+    span_device_widen_limits_t bytes = {7 * MiB, SPAN_CHUNK_MAX};
+    span_device_widen_limits_t units = {UINT64_MAX, 2};
 
     fake_vmm(base, 8, 2 * MiB, 1);
-    span_cuda_extent_t ext = resolve_one_handle(base, 2 * MiB);
-    EXPECT_EQ(2u, span_cuda_widen(&fake_ops, &ext, &bytes));
+    span_device_extent_t ext = resolve_one_handle(base, 2 * MiB);
+    EXPECT_EQ(2u, span_device_widen(&fake_ops, &ext, &bytes));
     EXPECT_EQ(6 * MiB, ext.length);
     ext = resolve_one_handle(base, 2 * MiB);
-    EXPECT_EQ(1u, span_cuda_widen(&fake_ops, &ext, &units));
+    EXPECT_EQ(1u, span_device_widen(&fake_ops, &ext, &units));
     EXPECT_EQ(4 * MiB, ext.length);
 }
 
 TEST_F(cuda_resolver, only_one_shareable_vmm_handle_is_widened)
 {
     uint64_t base = 0x7e0000000000ull;
-    span_cuda_extent_t ext, before;
+    span_device_extent_t ext, before;
 
     /* cudaMalloc allocations back to back */
     fake_space.push_back({base, 2 * MiB, 1, -1});
     fake_space.push_back({base + 2 * MiB, 2 * MiB, 2, -1});
     ext = before = resolve_one_handle(base, 2 * MiB);
-    EXPECT_EQ(0u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    EXPECT_EQ(0u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(before.length, ext.length);
     EXPECT_EQ(before.identity, ext.identity);
     /* an extent of two handles already */
     fake_space.clear();
     fake_vmm(base, 4, 2 * MiB, 1);
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(&fake_ops, base, 4 * MiB, &ext));
-    EXPECT_EQ(0u, span_cuda_widen(&fake_ops, &ext, &no_limits));
+    ASSERT_EQ(UCS_OK, span_device_resolve(&fake_ops, base, 4 * MiB, &ext));
+    EXPECT_EQ(0u, span_device_widen(&fake_ops, &ext, &no_limits));
     EXPECT_EQ(4 * MiB, ext.length);
 }

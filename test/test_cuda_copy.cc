@@ -21,11 +21,11 @@
 
 #if HAVE_CUDA
 extern "C" {
-#include "resolvers/span_cuda_copy.h"
-#include "resolvers/span_cuda_kernel.h"
-#include "resolvers/span_vendor.h"
-#include "resolvers/span_vmm_copy.h"
-#include "resolvers/span_libcuda.h"
+#include "copy/span_cuda_copy.h"
+#include "copy/span_cuda_kernel.h"
+#include "vendor/span_vendor.h"
+#include "copy/span_vmm_copy.h"
+#include "vendor/span_libcuda.h"
 }
 
 #include <cstring>

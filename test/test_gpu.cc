@@ -6,7 +6,7 @@
  * what registrations of VMM memory export. One test over the GPU memory
  * types, each built into its own program:
  *  - span_gpu_test (CUDA): cuda_ipc beside cuda_ipc+; each case prints one
- *    "GPU|" line, which contrib/gpu_suite.sh gathers into a table;
+ *    "GPU|" line, which contrib/gpu/gpu_suite.sh gathers into a table;
  *  - span_gpu_rocm_test (SPAN_GPU_TEST_ROCM, ROCm): rocm_ipc beside
  *    rocm_ipc+, wherever HIP finds a device and UCX has its rocm module: on
  *    an AMD GPU, or on the emulated ROCm runtime (test/rocm_emu) with a UCX
@@ -18,9 +18,9 @@
  * ctest shows as skipped, not passed.
  */
 extern "C" {
-#include "test/harness/span_gpu.h"
-#include "test/harness/span_md_open.h"
-#include "test/harness/span_pair.h"
+#include "tools/harness/span_gpu.h"
+#include "tools/harness/span_md_open.h"
+#include "tools/harness/span_pair.h"
 #include "ucx/span_ucx.h" /* the v2 MD calls */
 }
 
@@ -70,7 +70,7 @@ struct gpu_vendor {
     const char        *skipped; /* the line where the tests skip */
     const char        *ipc;     /* the vendor's IPC transport (and MD) */
     const char        *copy;    /* and its copy transport */
-    /* the rows name the UCX settings and the GPUs (contrib/gpu_suite.sh) */
+    /* the rows name the UCX settings and the GPUs (contrib/gpu/gpu_suite.sh) */
     bool              rows_name_settings;
     /* put_get also gets past the end of the registration, where the
      * allocation goes on (UCP registers CUDA memory from the base of its
@@ -82,7 +82,7 @@ struct gpu_vendor {
 };
 
 /* The suites keep the names each memory type had in its own file:
- * contrib/gpu_suite.sh filters on them */
+ * contrib/gpu/gpu_suite.sh filters on them */
 #if SPAN_GPU_TEST_ROCM
 #  define SPAN_GPU_PREFIX rocm
 #  define SPAN_GPU_PAIR   rocm_pair
@@ -201,7 +201,7 @@ protected:
         const char *target = getenv("SPAN_GPU_TORCH_TARGET");
         if (target == NULL) {
             GTEST_SKIP() << "no PyTorch target: SPAN_GPU_TORCH_TARGET is "
-                            "unset (contrib/gpu_suite.sh sets it where torch "
+                            "unset (contrib/gpu/gpu_suite.sh sets it where torch "
                             "imports)";
         }
         std::vector<std::string> words;

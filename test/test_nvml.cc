@@ -7,7 +7,7 @@
  * probe against a scripted libnvidia-ml.so.1 (test/nvml_fake).
  */
 extern "C" {
-#include "resolvers/span_nvml.h"
+#include "iface/span_nvml.h"
 }
 
 #include "test_fork.h"

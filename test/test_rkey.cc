@@ -422,7 +422,7 @@ TEST(span_rkey, spill_reference_round_trip_and_corruption)
  * Keys from a peer (issue 16, item 5): UCT passes no length, so a key is
  * read only up to the rkey_packed_size a twin MD of its inner component
  * reports. Every buffer here is malloc'ed to exactly that size, so that
- * ASan (contrib/sanitize.sh address) catches a read past it.
+ * ASan (contrib/sanitize/sanitize.sh address) catches a read past it.
  */
 namespace {
 

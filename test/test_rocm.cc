@@ -12,8 +12,8 @@
 #include <hsa/hsa.h>
 
 extern "C" {
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 #include "md/span_registry.h"
 #include "md/span_md_reg.h"
 #include "rocm_emu/hsa_emu.h"
@@ -101,7 +101,7 @@ struct vmm_range {
 
 class rocm_resolver : public ::testing::Test {
 protected:
-    const span_cuda_ops_t *ops = nullptr;
+    const span_device_ops_t *ops = nullptr;
 
     void SetUp() override
     {
@@ -127,18 +127,18 @@ protected:
 
 TEST_F(rocm_resolver, a_buffer_inside_an_allocation_is_the_allocation)
 {
-    span_cuda_extent_t extent;
+    span_device_extent_t extent;
     char *a, *b;
 
     ASSERT_EQ(hipSuccess, hipMalloc((void**)&a, 6 * MiB));
     /* a layer view at an odd offset, as MoRI-IO's XGMI path took one */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)a + 1234567, 3 * MiB,
-                                        &extent));
+    ASSERT_EQ(UCS_OK, span_device_resolve(ops, (uintptr_t)a + 1234567, 3 * MiB,
+                                          &extent));
     EXPECT_EQ((uintptr_t)a, extent.base);
     EXPECT_EQ(6 * MiB, extent.length);
     EXPECT_EQ(1u, extent.num_units);
     EXPECT_EQ(0u, extent.unit_size);
-    EXPECT_EQ(span_cuda_identity_add(SPAN_CUDA_IDENTITY_INIT, buffer_id(a)),
+    EXPECT_EQ(span_device_identity_add(SPAN_DEVICE_IDENTITY_INIT, buffer_id(a)),
               extent.identity);
 
     /* freed and allocated again at the same address: other memory */
@@ -146,8 +146,8 @@ TEST_F(rocm_resolver, a_buffer_inside_an_allocation_is_the_allocation)
     ASSERT_EQ(hipSuccess, hipFree(a));
     ASSERT_EQ(hipSuccess, hipMalloc((void**)&b, 6 * MiB));
     ASSERT_EQ(a, b);
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)b + 1234567, 3 * MiB,
-                                        &extent));
+    ASSERT_EQ(UCS_OK, span_device_resolve(ops, (uintptr_t)b + 1234567, 3 * MiB,
+                                          &extent));
     EXPECT_NE(identity, extent.identity);
     EXPECT_EQ(hipSuccess, hipFree(b));
 }
@@ -157,7 +157,7 @@ TEST_F(rocm_resolver, a_buffer_inside_an_allocation_is_the_allocation)
 TEST_F(rocm_resolver, a_registration_that_names_no_memory_type_finds_it)
 {
     span_md_t smd             = {};
-    smd.cuda                  = ops;
+    smd.device                  = ops;
     smd.dev_mem_type          = UCS_MEMORY_TYPE_ROCM;
     uct_md_mem_reg_params_t none  = {};
     uct_md_mem_reg_params_t named = {};
@@ -177,7 +177,7 @@ TEST_F(rocm_resolver, a_registration_that_names_no_memory_type_finds_it)
     EXPECT_EQ(UCS_MEMORY_TYPE_HOST, span_md_reg_mem_type(&smd, &named, dev));
     named.mem_type = UCS_MEMORY_TYPE_UNKNOWN;
     EXPECT_EQ(UCS_MEMORY_TYPE_ROCM, span_md_reg_mem_type(&smd, &named, dev));
-    smd.cuda = nullptr; /* no driver: host, as before */
+    smd.device = nullptr; /* no driver: host, as before */
     EXPECT_EQ(UCS_MEMORY_TYPE_HOST, span_md_reg_mem_type(&smd, &none, dev));
     EXPECT_EQ(hipSuccess, hipHostUnregister(locked.data()));
     EXPECT_EQ(hipSuccess, hipFree(dev));
@@ -186,11 +186,11 @@ TEST_F(rocm_resolver, a_registration_that_names_no_memory_type_finds_it)
 TEST_F(rocm_resolver, host_memory_is_not_resolved)
 {
     std::vector<char> host(64 * KiB);
-    span_cuda_extent_t extent;
+    span_device_extent_t extent;
 
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-              span_cuda_resolve(ops, (uintptr_t)host.data(), host.size(),
-                                &extent));
+              span_device_resolve(ops, (uintptr_t)host.data(), host.size(),
+                                  &extent));
 }
 
 /* Host memory of hipHostRegister, which HIP knows by its host and by its
@@ -200,7 +200,7 @@ TEST_F(rocm_resolver, host_memory_is_not_resolved)
 TEST_F(rocm_resolver, host_registered_memory_is_not_resolved)
 {
     std::vector<char> host(256 * KiB);
-    span_cuda_extent_t extent = {};
+    span_device_extent_t extent = {};
     char *dptr = nullptr;
 
     ASSERT_EQ(hipSuccess, hipHostRegister(host.data(), host.size(), 0));
@@ -209,8 +209,8 @@ TEST_F(rocm_resolver, host_registered_memory_is_not_resolved)
     EXPECT_NE(host.data(), dptr) << "the emulator's agent pointer";
     for (char *p : {host.data(), dptr}) {
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  span_cuda_resolve(ops, (uintptr_t)p + 100, 64 * KiB,
-                                    &extent))
+                  span_device_resolve(ops, (uintptr_t)p + 100, 64 * KiB,
+                                      &extent))
                 << (void*)p << ": a unit at 0x" << std::hex << extent.base
                 << " of " << std::dec << extent.num_units;
     }
@@ -219,22 +219,22 @@ TEST_F(rocm_resolver, host_registered_memory_is_not_resolved)
 
 TEST_F(rocm_resolver, vmm_units_of_one_size)
 {
-    span_cuda_extent_t extent;
+    span_device_extent_t extent;
     vmm_range r;
     int device = -1;
 
     ASSERT_NO_FATAL_FAILURE(r.map(std::vector<uint64_t>(16, 256 * KiB)));
     ASSERT_EQ(UCS_OK,
-              span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
+              span_device_resolve(ops, (uintptr_t)r.base, r.size, &extent));
     EXPECT_EQ((uintptr_t)r.base, extent.base);
     EXPECT_EQ(r.size, extent.length);
     EXPECT_EQ(16u, extent.num_units);
     EXPECT_EQ(256 * KiB, extent.unit_size);
 
     /* an odd interior range over units 3 to 5: those units, whole */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops,
-                                        (uintptr_t)r.base + 3 * 256 * KiB + 7,
-                                        2 * 256 * KiB, &extent));
+    ASSERT_EQ(UCS_OK, span_device_resolve(ops,
+                                          (uintptr_t)r.base + 3 * 256 * KiB + 7,
+                                          2 * 256 * KiB, &extent));
     EXPECT_EQ((uintptr_t)r.base + 3 * 256 * KiB, extent.base);
     EXPECT_EQ(3u, extent.num_units);
 
@@ -244,15 +244,15 @@ TEST_F(rocm_resolver, vmm_units_of_one_size)
 
 TEST_F(rocm_resolver, a_request_for_one_vmm_handle_is_widened)
 {
-    span_cuda_widen_limits_t limits = {UINT64_MAX, 1024};
-    span_cuda_extent_t extent;
+    span_device_widen_limits_t limits = {UINT64_MAX, 1024};
+    span_device_extent_t extent;
     vmm_range r;
 
     ASSERT_NO_FATAL_FAILURE(r.map({2 * MiB, 2 * MiB, 2 * MiB, 1 * MiB}));
     /* what UCP asks for by default: the handle under the first byte */
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base, 2 * MiB,
-                                        &extent));
-    EXPECT_EQ(3u, span_cuda_widen(ops, &extent, &limits));
+    ASSERT_EQ(UCS_OK, span_device_resolve(ops, (uintptr_t)r.base, 2 * MiB,
+                                          &extent));
+    EXPECT_EQ(3u, span_device_widen(ops, &extent, &limits));
     EXPECT_EQ(4u, extent.num_units);
     EXPECT_EQ(7 * MiB, extent.length);
     EXPECT_EQ(2 * MiB, extent.unit_size);
@@ -260,24 +260,24 @@ TEST_F(rocm_resolver, a_request_for_one_vmm_handle_is_widened)
 
 TEST_F(rocm_resolver, vmm_handles_not_made_for_posix_fds)
 {
-    span_cuda_widen_limits_t limits = {UINT64_MAX, 1024};
-    span_cuda_extent_t extent;
+    span_device_widen_limits_t limits = {UINT64_MAX, 1024};
+    span_device_extent_t extent;
     vmm_range r;
     int device;
     int fd;
 
     ASSERT_NO_FATAL_FAILURE(r.map({1 * MiB, 1 * MiB}, hipMemHandleTypeNone));
     EXPECT_EQ(UCS_ERR_UNSUPPORTED, ops->vmm_device((uintptr_t)r.base, &device));
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)r.base, 1 * MiB,
-                                        &extent));
-    EXPECT_EQ(0u, span_cuda_widen(ops, &extent, &limits)) << "not exported";
+    ASSERT_EQ(UCS_OK, span_device_resolve(ops, (uintptr_t)r.base, 1 * MiB,
+                                          &extent));
+    EXPECT_EQ(0u, span_device_widen(ops, &extent, &limits)) << "not exported";
     EXPECT_EQ(UCS_ERR_UNSUPPORTED,
               span_rocm_vmm_export_fd((uintptr_t)r.base, &fd));
 }
 
 TEST_F(rocm_resolver, allocations_of_several_sizes)
 {
-    span_cuda_extent_t extent;
+    span_device_extent_t extent;
     char *a, *b;
 
     /* back to back in the emulator's arena, as UCP's memtype cache may
@@ -285,7 +285,7 @@ TEST_F(rocm_resolver, allocations_of_several_sizes)
     ASSERT_EQ(hipSuccess, hipMalloc((void**)&a, 1 * MiB));
     ASSERT_EQ(hipSuccess, hipMalloc((void**)&b, 3 * MiB));
     ASSERT_EQ(a + 1 * MiB, b);
-    ASSERT_EQ(UCS_OK, span_cuda_resolve(ops, (uintptr_t)a, 4 * MiB, &extent));
+    ASSERT_EQ(UCS_OK, span_device_resolve(ops, (uintptr_t)a, 4 * MiB, &extent));
     EXPECT_EQ(2u, extent.num_units);
     EXPECT_EQ(1 * MiB, extent.unit_size) << "cut at the sizes' common divisor";
     EXPECT_EQ(4 * MiB, extent.length);
@@ -295,18 +295,18 @@ TEST_F(rocm_resolver, allocations_of_several_sizes)
 
 TEST_F(rocm_resolver, runtime_failures)
 {
-    span_cuda_extent_t extent;
+    span_device_extent_t extent;
     vmm_range r;
     char *a;
 
     ASSERT_EQ(hipSuccess, hipMalloc((void**)&a, 1 * MiB));
     ASSERT_EQ(0, hsa_emu_fail("hipPointerGetAttribute"));
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-              span_cuda_resolve(ops, (uintptr_t)a, 1 * MiB, &extent))
+              span_device_resolve(ops, (uintptr_t)a, 1 * MiB, &extent))
             << "no buffer id: not resolved";
     ASSERT_EQ(0, hsa_emu_fail("hipMemGetAddressRange"));
     EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-              span_cuda_resolve(ops, (uintptr_t)a, 1 * MiB, &extent));
+              span_device_resolve(ops, (uintptr_t)a, 1 * MiB, &extent));
     ASSERT_EQ(0, hsa_emu_fail(nullptr));
     EXPECT_EQ(hipSuccess, hipFree(a));
 
@@ -314,7 +314,7 @@ TEST_F(rocm_resolver, runtime_failures)
     ASSERT_NO_FATAL_FAILURE(r.map(std::vector<uint64_t>(4, 64 * KiB)));
     ASSERT_EQ(0, hsa_emu_fail("hipMemGetAddressRange@3+"));
     ASSERT_EQ(UCS_OK,
-              span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
+              span_device_resolve(ops, (uintptr_t)r.base, r.size, &extent));
     EXPECT_EQ(2u, extent.num_units);
     EXPECT_EQ(128 * KiB, extent.length);
 }
@@ -345,7 +345,7 @@ TEST_F(rocm_resolver, vmm_export_fd)
 
 /* The registry as a twin MD fills it: an entry per registration, its units
  * indexed by HIP buffer ids, checked with the resolver */
-const span_cuda_ops_t *registry_ops;
+const span_device_ops_t *registry_ops;
 
 int rocm_unit_holds(const void *owner, uint64_t addr, uint64_t id)
 {
@@ -359,7 +359,7 @@ struct rocm_entry {
     std::vector<span_registry_unit_t> units;
     span_registry_stats_t             stats{};
 
-    rocm_entry(const void *owner, const span_cuda_extent_t &extent)
+    rocm_entry(const void *owner, const span_device_extent_t &extent)
         : units(extent.num_units)
     {
         for (uint32_t i = 0; i < extent.num_units; ++i) {
@@ -385,14 +385,14 @@ TEST_F(rocm_resolver, registry_units_by_buffer_id)
 {
     static const int owner = 0;
     span_registry_entry_t *found;
-    span_cuda_extent_t extent;
+    span_device_extent_t extent;
     uint64_t unit = 512 * KiB;
     vmm_range r;
 
     registry_ops = ops;
     ASSERT_NO_FATAL_FAILURE(r.map(std::vector<uint64_t>(8, unit)));
     ASSERT_EQ(UCS_OK,
-              span_cuda_resolve(ops, (uintptr_t)r.base, r.size, &extent));
+              span_device_resolve(ops, (uintptr_t)r.base, r.size, &extent));
     rocm_entry reg(&owner, extent);
 
     /* a tensor inside unit 5, and one over units 2 to 4 */

@@ -10,8 +10,8 @@
 #include <hsa/hsa.h>
 
 extern "C" {
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 }
 
 #include <fcntl.h>

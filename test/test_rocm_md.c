@@ -7,8 +7,8 @@
 #include "test_rocm_md.h"
 
 #include "md/span_md_pack.h"
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,13 +42,13 @@ ucs_status_t test_rocm_md_pack(void *address, size_t length, void *rkey_buf,
     uct_md_mkey_pack_params_t params = {.field_mask = 0};
     test_rocm_md_t *t = calloc(1, sizeof(*t));
     span_md_t *smd    = &t->md;
-    span_cuda_extent_t ext;
+    span_device_extent_t ext;
     ucs_status_t status;
 
     smd->inner_component  = &test_rocm_component;
     smd->inner_id         = span_rkey_component_id(SPAN_ROCM_IPC_COMPONENT);
     smd->rkey_packed_size = SPAN_RKEY_MAX_SIZE;
-    smd->cuda             = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
+    smd->device             = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
     smd->dev_mem_type     = UCS_MEMORY_TYPE_ROCM;
     smd->vmm_export_ops   = span_rocm_vmm_export_ops;
     smd->spill            = UCS_TRY;
@@ -56,7 +56,7 @@ ucs_status_t test_rocm_md_pack(void *address, size_t length, void *rkey_buf,
     t->memh->magic        = SPAN_MEMH_MAGIC;
     *md_p                 = t;
 
-    status = span_cuda_resolve(smd->cuda, (uintptr_t)address, length, &ext);
+    status = span_device_resolve(smd->device, (uintptr_t)address, length, &ext);
     if (status != UCS_OK) {
         return status;
     }
@@ -67,8 +67,8 @@ ucs_status_t test_rocm_md_pack(void *address, size_t length, void *rkey_buf,
     }
     /* the range registered, as span_md_mem_reg notes it */
     t->memh->win_base   = (uintptr_t)address;
-    t->memh->win_length = span_cuda_covered(&ext, (uintptr_t)address,
-                                            length);
+    t->memh->win_length = span_device_covered(&ext, (uintptr_t)address,
+                                              length);
     status = span_memh_seal_exported(smd, t->memh);
     if (status != UCS_OK) {
         return status;

@@ -17,10 +17,10 @@
 #include <hip/hip_runtime_api.h>
 
 extern "C" {
-#include "resolvers/span_vmm_cache.h"
-#include "resolvers/span_vmm.h"
-#include "resolvers/span_vendor.h"
-#include "resolvers/span_vmm_copy.h"
+#include "vmm/span_vmm_cache.h"
+#include "vmm/span_vmm.h"
+#include "vendor/span_vendor.h"
+#include "copy/span_vmm_copy.h"
 #include "rocm_emu/hsa_emu.h"
 }
 

@@ -4,7 +4,7 @@
  * within one (self+), every byte checked where it landed, and the same over
  * the native transports as a control.
  */
-#include "test/harness/span_pair.h"
+#include "tools/harness/span_pair.h"
 #include "test_deadline.h"
 #include "test_log.h"
 #include "test_uct_util.h"

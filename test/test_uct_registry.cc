@@ -42,7 +42,7 @@ TEST(span_strict, refused_natively_registered_by_the_twin)
 class registry : public ::testing::Test {
 protected:
     /* Under TSan, UCM's hooks cannot run: a thread's exit calls the hooked
-     * madvise after TSan tore the thread down. contrib/sanitize.sh then
+     * madvise after TSan tore the thread down. contrib/sanitize/sanitize.sh then
      * turns them off, and these tests report their unmaps themselves, as an
      * application with its own allocator does (UCM external events). */
     static bool hooks_off()
@@ -291,7 +291,7 @@ TEST_F(registry, an_unmap_next_to_a_registration_leaves_it_valid)
 
 /* 8 threads register, share, deregister and unmap overlapping ranges of
  * one area: no crash, no stale hit, nothing leaked (run under TSan by
- * contrib/sanitize.sh thread) */
+ * contrib/sanitize/sanitize.sh thread) */
 TEST_F(registry, thread_storm)
 {
     const size_t slot = 4096, slots = length / slot;

@@ -4,7 +4,7 @@
 #ifndef SPAN_TEST_UCT_UTIL_H_
 #define SPAN_TEST_UCT_UTIL_H_
 
-#include "harness/span_md_open.h"
+#include "tools/harness/span_md_open.h"
 
 #include <uct/api/uct.h>
 

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_verbs.h"
+#include "resolve/span_verbs.h"
 }
 
 #include <cerrno>

@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_vmm_cache.h"
-#include "resolvers/span_vmm_export.h"
-#include "resolvers/span_vmm_import.h"
+#include "vmm/span_vmm_cache.h"
+#include "vmm/span_vmm_export.h"
+#include "vmm/span_vmm_import.h"
 #include "base/span_peer.h"
 }
 

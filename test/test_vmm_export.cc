@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_vmm_export.h"
+#include "vmm/span_vmm_export.h"
 }
 
 #include <sys/mman.h>

@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "resolvers/span_vmm_export.h"
-#include "resolvers/span_vmm_import.h"
+#include "vmm/span_vmm_export.h"
+#include "vmm/span_vmm_import.h"
 }
 
 #include <sys/mman.h>

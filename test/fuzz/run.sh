@@ -5,7 +5,7 @@
 # a corpus directory, kept between runs.
 #   test/fuzz/run.sh SECONDS [CORPUS_DIR [RUNS]]
 # Environment: SPAN_TOP_SRCDIR, SPAN_UCX_CPPFLAGS, SPAN_UCX_LIBDIR (set by
-# ctest; defaults fit the source tree with contrib/setup.sh's UCX).
+# ctest; defaults fit the source tree with contrib/setup/setup.sh's UCX).
 # Exit 77 (ctest: skipped) when clang cannot build a libFuzzer target.
 set -euo pipefail
 

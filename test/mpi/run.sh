@@ -33,7 +33,7 @@ step() { echo "mpi: $* ($((SECONDS - start)) s)"; }
 for t in mpicc mpirun ompi_info; do
     command -v "$t" >/dev/null ||
         skip "$t not found: Open MPI is not installed" \
-             "(Debian: openmpi-bin libopenmpi-dev; contrib/setup.sh)"
+             "(Debian: openmpi-bin libopenmpi-dev; contrib/setup/setup.sh)"
 done
 for c in "pml: ucx" "osc: ucx"; do
     ompi_info | grep -q "MCA $c " ||
@@ -46,7 +46,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/span-mpi.XXXXXX")
 [ "${SPAN_MPI_KEEP:-0}" = 1 ] && echo "mpi: output in $tmp" ||
     trap 'rm -rf "$tmp"' EXIT
 prog=$tmp/span_mpi_rma
-# A plugin built with a sanitizer (contrib/sanitize.sh) needs the
+# A plugin built with a sanitizer (contrib/sanitize/sanitize.sh) needs the
 # sanitizer's runtime first in the ranks: the test is built with it. Open
 # MPI's own allocations outlive MPI_Finalize, so leaks are not reported
 # here (the other legs report span's). Open MPI is no TSan program: its

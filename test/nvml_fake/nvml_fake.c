@@ -6,7 +6,7 @@
  * SPAN_FAKE_NVML_FAILURES asks for its handle fail, each taking
  * SPAN_FAKE_NVML_DELAY_US. Only the calls span makes, with NVML's ABI.
  */
-#include "resolvers/span_nvml.h"
+#include "iface/span_nvml.h"
 
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The releases leg: span in every UCX release before 1.22 that it supports,
-# each from the PyPI wheel contrib/setup.sh unpacked into .span-deps/ucx-<v>,
+# each from the PyPI wheel contrib/setup/setup.sh unpacked into .span-deps/ucx-<v>,
 # loaded the way those releases allow (LD_PRELOAD: they load no module by
 # name): ucx_info -d lists the twins; span-check's scenarios (whole and
 # odd-offset sub-ranges, chunked with a small UCX_SPAN_MAX_CHUNK, an access
@@ -14,8 +14,8 @@
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${SPAN_BUILDDIR:-$top}
-# the dependency folder contrib/setup.sh made (a sanitizer's copy of the
-# tree has none: contrib/sanitize.sh names the checkout's)
+# the dependency folder contrib/setup/setup.sh made (a sanitizer's copy of the
+# tree has none: contrib/sanitize/sanitize.sh names the checkout's)
 deps=${SPAN_DEPS:-$top/.span-deps}
 plugin=$build/src/uct/.libs/libuct_span.so
 # A sanitizer's runtime, where the plugin was built with one, must come
@@ -86,7 +86,7 @@ printf '|---|---|---|---|---|---|---|\n'
 for v in $releases; do
     prefix=$deps/ucx-$v
     if [ ! -x "$prefix/bin/ucx_info" ]; then
-        printf '| %s | no wheel in %s (contrib/setup.sh) | | | | |\n' \
+        printf '| %s | no wheel in %s (contrib/setup/setup.sh) | | | | |\n' \
                "$v" "$prefix"
         failed=1
         continue

@@ -9,7 +9,7 @@
 # Skipped (77), with the reason, where the UCX build or the emulator is
 # missing: CI has neither UCX's source nor a way to fetch it.
 # SPAN_ROCM_RUNTIME=real runs the same on an AMD GPU, without the emulator
-# (contrib/gpu_suite.sh part R); SPAN_ROCM_TEST names the test program and
+# (contrib/gpu/gpu_suite.sh part R); SPAN_ROCM_TEST names the test program and
 # UCX_MODULE_DIR the plugin's directory where they are not the build's.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)

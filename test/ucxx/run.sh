@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The ucxx leg: UCXX 0.52 as pip installs it (ucxx-cu13, which pulls
-# libucx-cu13 1.21.0; contrib/setup.sh puts them in .span-deps/ucxx/py),
+# libucx-cu13 1.21.0; contrib/setup/setup.sh puts them in .span-deps/ucxx/py),
 # span registered by ucx_span.enable() (UCX 1.21 loads no module by name):
 # ucxx_check.py's cases (tag, multi, obj and AM messages of 0 to 16 MiB,
 # in one process and between two) over twins must give what they give over
@@ -46,7 +46,7 @@ versions=$(timeout 60 python3 -c 'import ucxx
 print("UCXX %s, UCX %s" % (ucxx.__version__,
       ".".join(str(v) for v in ucxx.get_ucx_version())))' 2>&1)
 if [ $? -ne 0 ]; then
-    echo "ucxx: FAILED: UCXX does not import from $py (contrib/setup.sh):"
+    echo "ucxx: FAILED: UCXX does not import from $py (contrib/setup/setup.sh):"
     echo "$versions" | tail -3
     exit 1
 fi

@@ -18,7 +18,7 @@ rxe=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null |
 [ -n "$rxe" ] || skip "no rxe provider (Debian's ibverbs-providers)"
 prov="$build/test/vm/providers"
 if [ ! -f "$prov/$(basename "$rxe")" ] || [ "$rxe" -nt "$prov/$(basename "$rxe")" ]; then
-    command -v patchelf >/dev/null || skip "no patchelf (contrib/setup.sh installs it)"
+    command -v patchelf >/dev/null || skip "no patchelf (contrib/setup/setup.sh installs it)"
     mkdir -p "$prov"
     cp "$rxe" "$prov/"
     patchelf --replace-needed libibverbs.so.1 "$ibv" "$prov/$(basename "$rxe")"

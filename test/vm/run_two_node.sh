@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The two-node leg of make check: span across machines, two qemu VMs of
-# contrib/verbs_vm.sh's cluster with soft-RoCE each, in NIXL's UCX 1.23.
+# contrib/setup/verbs_vm.sh's cluster with soft-RoCE each, in NIXL's UCX 1.23.
 # Node b serves targets (span-check -l, and nixl_check.py --serve where
 # NIXL's python package imports); node a runs test/vm/span_two_node_test
 # (rkeys of chunked registrations across every chunk boundary, spilled keys
@@ -18,7 +18,7 @@ build=${SPAN_BUILDDIR:-$top}
 nixl=${SPAN_NIXL_UCX_LIBDIR:-$top/.span-deps/nixl/lib}
 
 [ -x "$build/test/vm/span_two_node_test" ] || {
-    echo "two-node leg skipped: test/vm/span_two_node_test not built: configure found no NIXL UCX (contrib/setup.sh)"
+    echo "two-node leg skipped: test/vm/span_two_node_test not built: configure found no NIXL UCX (contrib/setup/setup.sh)"
     exit 77
 }
 . "$top/test/vm/leg.sh"
@@ -38,15 +38,15 @@ py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) || true
 pypath="PYTHONPATH=${SPAN_NIXL_PY:-$top/.span-deps/nixl/py}"
 if [ -n "$py" ] && env "$pypath" "$py" -c 'import nixl_cu13' 2>/dev/null; then
     server="$server
-$env $pypath $py $top/contrib/nixl_check.py --serve \$VERBS_VM_ADDR:7301 2>&1 | $quiet &"
-    commands+=("$env $pypath timeout 300 $py $top/contrib/nixl_check.py \
+$env $pypath $py $top/contrib/nixl/nixl_check.py --serve \$VERBS_VM_ADDR:7301 2>&1 | $quiet &"
+    commands+=("$env $pypath timeout 300 $py $top/contrib/nixl/nixl_check.py \
         --connect \$VERBS_VM_PEER:7301 --runs 1 --mib 8 \
         --tls rc_verbs,ud_verbs rc_verbs+,ud_verbs+ 2>&1 | $quiet")
 else
-    echo "two-node leg: no nixl_check.py: NIXL's python package does not import (contrib/setup.sh installs it into .span-deps/nixl/py)"
+    echo "two-node leg: no nixl_check.py: NIXL's python package does not import (contrib/setup/setup.sh installs it into .span-deps/nixl/py)"
 fi
 server="$server
 wait"
 cd "$build"
-VERBS_VM_TIMEOUT=${VERBS_VM_TIMEOUT:-840} "$top/contrib/verbs_vm.sh" cluster \
+VERBS_VM_TIMEOUT=${VERBS_VM_TIMEOUT:-840} "$top/contrib/setup/verbs_vm.sh" cluster \
     "$server" "${commands[@]}"

@@ -9,7 +9,7 @@
  * in the middle of a get fails the get, not this process, which leaks
  * nothing and goes on with a new target.
  */
-#include "test/harness/span_pair.h"
+#include "tools/harness/span_pair.h"
 #include "../test_fds.h"
 #include "../test_log.h"
 

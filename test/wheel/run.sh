@@ -8,9 +8,9 @@
 # package alone), UCP puts and gets over cma+ in each UCX:
 #   UCX 1.22 (libucx-cu13): ucx_perftest -t ucp_put_bw and -t ucp_get,
 #       UCX_TLS=posix,cma+, environment from `python -m ucx_span env`;
-#   UCX 1.23 (nixl-cu13): contrib/nixl_check.py in CPU mode (cma vs cma+,
+#   UCX 1.23 (nixl-cu13): contrib/nixl/nixl_check.py in CPU mode (cma vs cma+,
 #       every byte checked), environment from ucx_span.enable(); then
-#       contrib/nixl_example.py, the example of docs/nixl.md, as a user runs it;
+#       contrib/nixl/nixl_example.py, the example of docs/nixl.md, as a user runs it;
 # span loaded by libucx's own Python loader after ucx_span.enable(), and
 # enable() after either UCX made a context registering span, with a warning.
 # PyPI's wheels are downloaded once into SPAN_WHEELHOUSE (.span-deps/wheelhouse)
@@ -48,7 +48,7 @@ trap cleanup EXIT
 
 "$python" -m venv "$tmp/tools" >"$tmp/log" 2>&1 ||
     skip "$python -m venv fails ($(tail -n 1 "$tmp/log"))" \
-         "(on Debian: python3-venv, contrib/setup.sh installs it)"
+         "(on Debian: python3-venv, contrib/setup/setup.sh installs it)"
 pip=("$tmp/tools/bin/pip" --disable-pip-version-check --no-cache-dir -q)
 
 # Downloads once per Python version and set of pins
@@ -231,7 +231,7 @@ step "libucx.load_library() after enable() loads libuct_span.so;" \
      "enable() after a UCX that made a context registers, with a warning"
 
 # UCX 1.23 of nixl-cu13: NIXL as the client, the Python way
-env -u UCX_MODULE_DIR "$py" - "$top/contrib/nixl_check.py" <<'EOF' ||
+env -u UCX_MODULE_DIR "$py" - "$top/contrib/nixl/nixl_check.py" <<'EOF' ||
 import runpy, sys, ucx_span
 ucx_span.enable()
 sys.argv = [sys.argv[1], "--runs", "1"]
@@ -242,7 +242,7 @@ step "UCX 1.23 of nixl-cu13: nixl_check.py, cma vs cma+"
 
 # The example docs/nixl.md's pip section points users at, run as they would
 # (its default: both processes here, cma+,tcp, span from ucx_span.enable())
-env -u UCX_MODULE_DIR "$py" "$top/contrib/nixl_example.py" >"$tmp/log" 2>&1 ||
+env -u UCX_MODULE_DIR "$py" "$top/contrib/nixl/nixl_example.py" >"$tmp/log" 2>&1 ||
     { cat "$tmp/log"; fail "nixl_example.py"; }
 [ "$(grep -c "span loaded from $tmp/venv/" "$tmp/log")" = 2 ] &&
     grep -q "every byte as written" "$tmp/log" ||

@@ -23,13 +23,13 @@ typedef enum {
     SPAN_FORK_UCM,        /* ucm_hooks/span_ucm.c: subscribes under it
                            * (md/span_md_events.c registers it) */
     SPAN_FORK_IFACE,      /* iface/span_iface.c: the twin iface table */
-    SPAN_FORK_NVML,       /* resolvers/span_nvml.c: the NVLink probe, which
+    SPAN_FORK_NVML,       /* iface/span_nvml.c: the NVLink probe, which
                            * loads NVML (maps, allocates) under it */
     SPAN_FORK_RKEY_SIZES, /* key/span_rkey.c: packed sizes of open MDs */
     SPAN_FORK_MD_INNER,   /* md/span_md_inner.c: inner MDs' memh tables */
     SPAN_FORK_SPILL,      /* key/span_spill.c: the spill arena */
-    SPAN_FORK_VMM_CACHE,  /* resolvers/span_vmm_cache.c: imported units */
-    SPAN_FORK_VMM_EXPORT, /* resolvers/span_vmm_export.c: taken by events */
+    SPAN_FORK_VMM_CACHE,  /* vmm/span_vmm_cache.c: imported units */
+    SPAN_FORK_VMM_EXPORT, /* vmm/span_vmm_export.c: taken by events */
     SPAN_FORK_REGISTRY,   /* md/span_registry.c: taken by events */
     SPAN_FORK_LAST
 } span_fork_rank_t;

@@ -13,8 +13,8 @@
 #include "span_iface.h"
 #include "span_ep.h"
 #include "md/span_md.h"
-#include "resolvers/span_nvml.h"
-#include "resolvers/span_vendor.h"
+#include "span_nvml.h"
+#include "vendor/span_vendor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -250,7 +250,7 @@ static void span_iface_patch(uct_iface_ops_t *ops, const span_md_t *smd)
     SPAN_IFACE_PATCH(ops, iface_close, span_iface_close)
     /* twins of device memory only: VMM copies complete from the iface's
      * progress */
-    if (smd->cuda != NULL) {
+    if (smd->device != NULL) {
         SPAN_IFACE_PATCH(ops, iface_progress, span_iface_progress)
     }
 }

@@ -8,7 +8,7 @@
 #define SPAN_IFACE_TABLE_H_
 
 #include "span_split.h"
-#include "resolvers/span_vmm_copy.h"
+#include "copy/span_vmm_copy.h"
 
 /* Slots of the table of twin ifaces; a power of 2 */
 #define SPAN_IFACE_TABLE_SIZE 2048

@@ -111,7 +111,7 @@
  */
 #include "span_rkey.h"
 #include "base/span_hash.h"
-#include "resolvers/span_vmm.h"
+#include "vmm/span_vmm.h"
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>

@@ -8,7 +8,7 @@
 #define SPAN_RKEY_H_
 
 #include "base/span_chunk.h"
-#include "resolvers/span_vmm.h"
+#include "vmm/span_vmm.h"
 #include "ucx/span_ucx.h"
 
 #include <ucs/debug/log_def.h>

@@ -6,8 +6,8 @@
 #include "span_rkey_unpack.h"
 #include "span_rkey_sizes.h"
 #include "span_spill.h"
-#include "resolvers/span_vmm_cache.h"
-#include "resolvers/span_rocm.h"
+#include "vmm/span_vmm_cache.h"
+#include "resolve/span_rocm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -23,8 +23,9 @@
  * 4026531836), so keys name the namespace with their host's part
  * (span_peer_pid_ns).
  *
- * Layout: offset 0 holds SPAN_SPILL_MAGIC and the arena id (random, so a
- * recycled pid or descriptor is refused); slots follow, each a header
+ * Layout: offset 0 holds the arena's magic and id (span_spill_kind, a
+ * table of base/span_memfd.h: the id random, so a recycled pid or
+ * descriptor is refused); slots follow, each a header
  * {seq, n, K} and n * K key bytes. A slot's seq is written after its keys
  * and cleared first on release; an importer reads the header again after
  * the keys, so a slot released meanwhile is refused, not half-read.
@@ -32,32 +33,32 @@
 #include "span_spill.h"
 #include "base/span_fork.h"
 #include "base/span_hash.h"
+#include "base/span_memfd.h"
 #include "base/span_peer.h"
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/compiler_def.h>
 #include <ucs/sys/math.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <limits.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define SPAN_SPILL_MAGIC     0x4c4c495053415053ull /* "SPASPILL" */
 #define SPAN_SPILL_ALIGN     64
 #define SPAN_SPILL_FIRST     64                    /* after the header */
 #define SPAN_SPILL_MAX_SIZE  (1ul << 30)
-#define SPAN_SPILL_NAME      "ucx-span-spill"
-/* what /proc/<pid>/fd/<fd> of the arena reads */
-#define SPAN_SPILL_LINK      "/memfd:" SPAN_SPILL_NAME " "
+
+/* The arena's memfd and header (base/span_memfd.h) */
+static const span_memfd_kind_t span_spill_kind = {
+    .name  = "ucx-span-spill",
+    .magic = 0x4c4c495053415053ull, /* "SPASPILL" */
+    .log   = "span spill",
+    .what  = "spill arena"
+};
 
 typedef struct {
     uint64_t seq; /* 0: released */
@@ -102,16 +103,6 @@ static void UCS_F_CTOR span_spill_fork_register(void)
     span_fork_register(SPAN_FORK_SPILL, &span_spill_fork);
 }
 
-static uint64_t span_spill_random(void)
-{
-    uint64_t value;
-
-    if (getrandom(&value, sizeof(value), 0) != sizeof(value)) {
-        value = ((uint64_t)time(NULL) << 32) ^ getpid() ^ (uintptr_t)&value;
-    }
-    return value;
-}
-
 static int span_spill_write(const void *buf, size_t size, uint64_t offset)
 {
     return pwrite(span_spill.fd, buf, size, offset) == (ssize_t)size;
@@ -120,7 +111,7 @@ static int span_spill_write(const void *buf, size_t size, uint64_t offset)
 /* The arena, made at the first spill of this process */
 static ucs_status_t span_spill_arena(void)
 {
-    uint64_t header[2];
+    ucs_status_t status;
 
     if (span_spill.fd >= 0) {
         return UCS_OK;
@@ -128,23 +119,14 @@ static ucs_status_t span_spill_arena(void)
     free(span_spill.free);
     span_spill.free     = NULL;
     span_spill.num_free = 0;
-    span_spill.fd       = memfd_create(SPAN_SPILL_NAME, MFD_CLOEXEC);
-    if (span_spill.fd < 0) {
-        ucs_error("span spill: memfd_create failed: %m");
-        return UCS_ERR_IO_ERROR;
+    status = span_memfd_create(&span_spill_kind, 0, &span_spill.fd,
+                               &span_spill.id);
+    if (status != UCS_OK) {
+        return status;
     }
     span_spill.pid = getpid();
-    span_spill.id  = span_spill_random();
-    span_spill.seq = span_spill_random() >> 16;
+    span_spill.seq = span_memfd_random() >> 16;
     span_spill.end = SPAN_SPILL_FIRST;
-    header[0]      = SPAN_SPILL_MAGIC;
-    header[1]      = span_spill.id;
-    if (!span_spill_write(header, sizeof(header), 0)) {
-        ucs_error("span spill: cannot write the arena header: %m");
-        close(span_spill.fd);
-        span_spill.fd = -1;
-        return UCS_ERR_IO_ERROR;
-    }
     return UCS_OK;
 }
 
@@ -309,13 +291,11 @@ static ucs_status_t span_spill_read_slot(int fd, const span_rkey_spill_t *spill,
 static ucs_status_t span_spill_check_arena(int fd, const char *path)
 {
     char link[PATH_MAX];
-    struct stat st;
+    mode_t mode;
 
-    span_peer_fd_link(fd, link, sizeof(link));
-    if ((fstat(fd, &st) != 0) || !S_ISREG(st.st_mode) ||
-        strncmp(link, SPAN_SPILL_LINK, strlen(SPAN_SPILL_LINK))) {
+    if (!span_memfd_is(&span_spill_kind, fd, link, sizeof(link), &mode)) {
         ucs_error("span spill: %s is not a spill arena: it is '%s', of mode "
-                  "0%o", path, link, (unsigned)st.st_mode);
+                  "0%o", path, link, (unsigned)mode);
         return UCS_ERR_INVALID_PARAM;
     }
     return UCS_OK;
@@ -325,7 +305,6 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
                               size_t K, void *keys)
 {
     char path[64];
-    uint64_t header[2];
     ucs_status_t status;
     int opath, fd;
 
@@ -356,8 +335,7 @@ ucs_status_t span_spill_fetch(const span_rkey_spill_t *spill, uint32_t n,
     }
 
     status = UCS_ERR_INVALID_PARAM;
-    if (!span_spill_read(fd, header, sizeof(header), 0) ||
-        (header[0] != SPAN_SPILL_MAGIC) || (header[1] != spill->arena_id)) {
+    if (!span_memfd_header_is(&span_spill_kind, fd, spill->arena_id)) {
         ucs_error("span spill: %s is not the arena 0x%" PRIx64 " the rkey "
                   "names (the process or descriptor was recycled)", path,
                   spill->arena_id);

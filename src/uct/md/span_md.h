@@ -10,9 +10,9 @@
 #include "span_md_inner.h"
 #include "base/span_chunk.h"
 #include "key/span_rkey.h"
-#include "resolvers/span_cuda.h"
-#include "resolvers/span_vmm_copy_ops.h"
-#include "resolvers/span_vmm_export.h"
+#include "resolve/span_device.h"
+#include "copy/span_vmm_copy_ops.h"
+#include "vmm/span_vmm_export.h"
 
 /* A twin is named after its inner MD or transport with this suffix */
 #define SPAN_TWIN_SUFFIX "+"
@@ -49,12 +49,12 @@ typedef struct span_md {
     unsigned         test_no_resource; /* 1-based piece of split ops */
     int              share;            /* memory events seen: registrations
                                           of a range are shared */
-    const span_cuda_ops_t *cuda;       /* resolves device memory, or NULL */
+    const span_device_ops_t *device;   /* resolves device memory, or NULL */
     ucs_memory_type_t dev_mem_type;    /* the memory it resolves: CUDA, or
                                           ROCM (span_md_rocm.h) */
-    span_vmm_export_ops_t vmm_export_ops; /* where cuda is set */
+    span_vmm_export_ops_t vmm_export_ops; /* where device is set */
     span_vmm_copy_params_t copy_params; /* of its ifaces' copy engines */
-    span_cuda_widen_limits_t widen;    /* max_bytes 0: registrations of one
+    span_device_widen_limits_t widen;  /* max_bytes 0: registrations of one
                                           VMM handle are not widened */
     int              spill;            /* UCS_YES: always, UCS_TRY: keys
                                           that do not fit inline */

@@ -2,7 +2,7 @@
 /*
  * What memory events mean to twin MDs: a range that is unmapped or freed
  * is forgotten by the registry (span_registry.h), and the VMM units span
- * exported there are withdrawn (resolvers/span_vmm_export.h). The
+ * exported there are withdrawn (vmm/span_vmm_export.h). The
  * UCM hooks layer delivers the events (src/ucm_hooks/span_ucm.h).
  */
 #ifndef SPAN_MD_EVENTS_H_

@@ -6,7 +6,7 @@
  */
 #include "span_md_pack.h"
 #include "key/span_spill.h"
-#include "resolvers/span_vmm.h"
+#include "vmm/span_vmm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +60,7 @@ static int span_md_vmm_needs_export(span_md_t *smd, const span_memh_t *memh,
     size_t K = smd->inner_attr.rkey_packed_size;
     uint32_t type, i;
 
-    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->cuda == NULL) ||
+    if ((mtype != UCS_MEMORY_TYPE_CUDA) || (smd->device == NULL) ||
         span_ucx->attr_no_gva ||
         strcmp(smd->inner_component->name, SPAN_CUDA_IPC_COMPONENT) ||
         (K < sizeof(type))) {

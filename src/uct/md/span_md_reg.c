@@ -112,26 +112,26 @@ typedef struct span_md_extent {
 } span_md_extent_t;
 
 /* A request for exactly one VMM handle is what UCP makes of a buffer over
- * several with its defaults (span_cuda_widen): the registration covers the
+ * several with its defaults (span_device_widen): the registration covers the
  * handles mapped after it, so that ops past the first one are served */
 static int span_md_vmm_widen(span_md_t *smd, void *address, size_t length,
-                             span_cuda_extent_t *cuda)
+                             span_device_extent_t *cuda)
 {
     return (smd->widen.max_bytes != 0) && (cuda->num_units == 1) &&
            ((uintptr_t)address == cuda->base) && (length == cuda->length) &&
-           (span_cuda_widen(smd->cuda, cuda, &smd->widen) > 0);
+           (span_device_widen(smd->device, cuda, &smd->widen) > 0);
 }
 
 static ucs_status_t span_md_extent(span_md_t *smd, void *address,
                                    size_t length, ucs_memory_type_t mtype,
                                    span_md_extent_t *ext)
 {
-    span_cuda_extent_t cuda;
+    span_device_extent_t cuda;
     ucs_status_t status;
 
     ext->win_base   = (uintptr_t)address;
     ext->win_length = length;
-    if ((mtype != smd->dev_mem_type) || (smd->cuda == NULL) ||
+    if ((mtype != smd->dev_mem_type) || (smd->device == NULL) ||
         span_md_rocm_unknown(smd, mtype, address)) {
         ext->base        = (uintptr_t)address;
         ext->length      = length;
@@ -141,7 +141,8 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
         return UCS_OK;
     }
 
-    status = span_cuda_resolve(smd->cuda, (uintptr_t)address, length, &cuda);
+    status = span_device_resolve(smd->device, (uintptr_t)address, length,
+                                 &cuda);
     if (status != UCS_OK) {
         ucs_error("span md %p: cannot resolve the device memory of %p +%zu: "
                   "%s", smd, address, length, ucs_status_string(status));
@@ -151,7 +152,7 @@ static ucs_status_t span_md_extent(span_md_t *smd, void *address,
      * it registers, as natively, what is there */
     ext->win_length = span_md_vmm_widen(smd, address, length, &cuda) ?
                       cuda.length :
-                      span_cuda_covered(&cuda, ext->win_base, length);
+                      span_device_covered(&cuda, ext->win_base, length);
     ext->base        = cuda.base;
     ext->length      = cuda.length;
     ext->unit_origin = cuda.base;
@@ -237,7 +238,7 @@ static int span_md_unit_holds(const void *owner, uint64_t addr, uint64_t id)
     const span_md_t *smd = owner;
     uint64_t now;
 
-    return (smd->cuda->buffer_id(addr, &now) == UCS_OK) && (now == id);
+    return (smd->device->buffer_id(addr, &now) == UCS_OK) && (now == id);
 }
 
 /* A buffer inside a device unit registered already (a tensor of a caching
@@ -252,8 +253,8 @@ static span_memh_t *span_md_registry_find_within(span_md_t *smd,
     span_registry_entry_t *entry;
     uint64_t id;
 
-    if ((mtype != smd->dev_mem_type) || (smd->cuda == NULL) ||
-        (smd->cuda->buffer_id((uintptr_t)address, &id) != UCS_OK)) {
+    if ((mtype != smd->dev_mem_type) || (smd->device == NULL) ||
+        (smd->device->buffer_id((uintptr_t)address, &id) != UCS_OK)) {
         return NULL;
     }
     entry = span_registry_find_within(smd, (uintptr_t)address, length, mtype,
@@ -272,7 +273,7 @@ static void span_md_registry_units(span_md_t *smd, span_memh_t *memh,
     uint64_t start;
     uint32_t i, n;
 
-    if ((ext->identity == 0) || (smd->cuda == NULL)) {
+    if ((ext->identity == 0) || (smd->device == NULL)) {
         return;
     }
     n            = (ext->unit_size == 0) ? 1 :
@@ -286,7 +287,7 @@ static void span_md_registry_units(span_md_t *smd, span_memh_t *memh,
     }
     for (i = 0; i < n; ++i) {
         start = ext->base + (i * ext->unit_size);
-        if (smd->cuda->buffer_id(start, &entry->units[i].id) != UCS_OK) {
+        if (smd->device->buffer_id(start, &entry->units[i].id) != UCS_OK) {
             entry->units[i].id = 0; /* matches no request */
         }
     }
@@ -326,8 +327,8 @@ ucs_memory_type_t span_md_reg_mem_type(const span_md_t *smd,
         (params->mem_type != UCS_MEMORY_TYPE_UNKNOWN)) {
         return params->mem_type;
     }
-    return ((smd->cuda != NULL) &&
-            (smd->cuda->range((uintptr_t)address, &base, &size) == UCS_OK)) ?
+    return ((smd->device != NULL) &&
+            (smd->device->range((uintptr_t)address, &base, &size) == UCS_OK)) ?
            smd->dev_mem_type : UCS_MEMORY_TYPE_HOST;
 }
 

@@ -3,8 +3,8 @@
  * ROCm twins (span_md_rocm.h).
  */
 #include "span_md_rocm.h"
-#include "resolvers/span_rocm.h"
-#include "resolvers/span_vendor.h"
+#include "resolve/span_rocm.h"
+#include "vendor/span_vendor.h"
 
 #include <ucs/debug/log_def.h>
 #include <string.h>
@@ -14,8 +14,8 @@ void span_md_rocm_init(span_md_t *smd, const char *md_name)
     if (!(smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_ROCM))) {
         return;
     }
-    smd->cuda = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
-    if (smd->cuda == NULL) {
+    smd->device = span_vendor_driver(UCS_MEMORY_TYPE_ROCM);
+    if (smd->device == NULL) {
         ucs_diag("span md '%s': no HIP runtime to resolve allocations: ROCm "
                  "memory is registered as given", md_name);
         return;
@@ -36,7 +36,7 @@ int span_md_rocm_unknown(const span_md_t *smd, ucs_memory_type_t mtype,
 
     if ((smd->dev_mem_type != UCS_MEMORY_TYPE_ROCM) ||
         (mtype != UCS_MEMORY_TYPE_ROCM) ||
-        (smd->cuda->range((uintptr_t)address, &base, &size) == UCS_OK)) {
+        (smd->device->range((uintptr_t)address, &base, &size) == UCS_OK)) {
         return 0;
     }
     ucs_debug("span md %p: HIP does not know the ROCm memory at %p: "
@@ -53,9 +53,9 @@ static int span_md_rocm_chunk_shareable(const span_md_t *smd,
     int device;
 
     span_chunk_range(geom, i, &start, &length);
-    return (smd->cuda->range(start, &base, &size) == UCS_OK) &&
+    return (smd->device->range(start, &base, &size) == UCS_OK) &&
            (base == start) && (size == length) &&
-           (smd->cuda->vmm_device(start, &device) == UCS_OK);
+           (smd->device->vmm_device(start, &device) == UCS_OK);
 }
 
 int span_md_rocm_exports(const span_md_t *smd, ucs_memory_type_t mtype,

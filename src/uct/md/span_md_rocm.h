@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What a twin of an MD that registers ROCm memory (rocm_ipc+) does beyond
- * the CUDA twins: the ROCm resolver (resolvers/span_rocm.h) in place of
+ * the CUDA twins: the ROCm resolver (resolve/span_rocm.h) in place of
  * the CUDA one, memory HIP does not know registered as given, and VMM
  * units span exports itself, because rocm_ipc cannot share them at all.
  */

@@ -257,18 +257,22 @@ static void span_check_out_of_bounds(span_pair_t *pair,
 }
 
 static const span_check_scenario_t span_check_scenarios[] = {
-    {"whole buffer",       span_check_whole,         0, 0},
-    {"interior sub-range", span_check_interior,      0, 0},
-    {"out of bounds",      span_check_out_of_bounds, 1, 0},
-    {"chunked",            span_check_whole,         0, 1},
-    {"chunked interior",   span_check_interior,      0, 1}
+    {.name = "whole buffer",       .run = span_check_whole},
+    {.name = "interior sub-range", .run = span_check_interior},
+    {.name = "out of bounds",      .run = span_check_out_of_bounds,
+     .out_of_bounds = 1},
+    {.name = "chunked",            .run = span_check_whole, .chunked = 1},
+    {.name = "chunked interior",   .run = span_check_interior, .chunked = 1}
 };
 
 /* With a GPU: device memory on both sides, over the GPU transports */
 static const span_check_scenario_t span_check_gpu_scenarios[] = {
-    {"gpu cudaMalloc",     span_check_whole,    0, 0, SPAN_GPU_MALLOC},
-    {"gpu sub-buffer",     span_check_interior, 0, 0, SPAN_GPU_MALLOC},
-    {"gpu VMM 16 handles", span_check_whole,    0, 0, SPAN_GPU_VMM, 16}
+    {.name = "gpu cudaMalloc",     .run = span_check_whole,
+     .kind = SPAN_GPU_MALLOC},
+    {.name = "gpu sub-buffer",     .run = span_check_interior,
+     .kind = SPAN_GPU_MALLOC},
+    {.name = "gpu VMM 16 handles", .run = span_check_whole,
+     .kind = SPAN_GPU_VMM, .handles = 16}
 };
 
 /* A chunked scenario makes twins register the buffer as 8 chunks in 2 hard

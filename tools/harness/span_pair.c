@@ -1058,7 +1058,7 @@ static int span_pair_env_apply(char *buf, size_t length)
 static int span_pair_remote_target(int sock)
 {
     char tls[SPAN_PAIR_MAX_TLS + 1], env[SPAN_PAIR_MAX_ENV];
-    span_pair_peer_t self = {{0}};
+    span_pair_peer_t self = {0};
     span_pair_hello_t hello;
     uint64_t code;
     int rc;

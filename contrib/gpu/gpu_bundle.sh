@@ -40,11 +40,13 @@ if [ -x "$top/test/nixl/span_gpu_test" ] && [ -d "$nixl" ]; then
         "$out"/nixl/bin/* 2>/dev/null || true
 fi
 # UCX releases before 1.22 from their wheels (contrib/setup/setup.sh), for part V:
-# their four libraries and the modules the GPU tests use, as shipped
+# their four libraries, the modules the GPU tests use and ucx_info, as
+# shipped
 for v in ${SPAN_GPU_RELEASES-1.18.1 1.21.0}; do
     rel=$top/.span-deps/ucx-$v/libucx/lib
     [ -d "$rel" ] || continue
-    mkdir -p "$out/ucx-$v/lib/ucx"
+    mkdir -p "$out/ucx-$v/lib/ucx" "$out/ucx-$v/bin"
+    cp -L "$rel/../bin/ucx_info" "$out/ucx-$v/bin/"
     for lib in ucp uct ucs ucm; do
         cp -L "$rel/lib$lib.so.0" "$out/ucx-$v/lib/"
     done

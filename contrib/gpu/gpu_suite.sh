@@ -161,7 +161,19 @@ part V && {
         [ -d "$dir/lib" ] || continue
         echo "### UCX ${dir##*/ucx-}"
         # UCX_MODULE_DIR names the release's own modules (cuda, cma): before
-        # 1.22 it replaces the directory UCX looks in, and span's holds none
+        # 1.22 it replaces the directory UCX looks in, and span's holds none.
+        # The twins this release lists with span preloaded; where cuda_ipc+
+        # is missing, what UCX and span said about it
+        info=$tmp/ucx_info_${dir##*/}.log
+        env LD_LIBRARY_PATH=$dir/lib UCX_MODULE_DIR="$dir/lib/ucx" \
+            LD_PRELOAD="$gpu/span/libuct_span.so.0" UCX_LOG_LEVEL=debug \
+            timeout 60 "$dir/bin/ucx_info" -d > "$info" 2>&1
+        echo "twins listed: $(grep -oE 'Transport: [a-z_0-9]+\+' "$info" |
+                              sed 's/Transport: //' | sort -u | tr '\n' ' ')"
+        grep -q 'Transport: cuda_ipc+' "$info" || {
+            rc=1
+            grep -iE 'span|cuda_ipc' "$info" | grep -v '^#' | head -20
+        }
         # without UCX's memtype cache: with it, these releases take device
         # memory the cache has not seen (the driver API's, PyTorch's) for
         # host memory and fail to map it ("failed to insert region

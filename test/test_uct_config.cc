@@ -142,3 +142,28 @@ TEST(span_uct_config, inner_iface_fields_reach_the_twin_iface)
     EXPECT_EQ(set, max_bcopy("span", "posix+", nullptr));
     unsetenv("UCX_POSIX_SEG_SIZE");
 }
+
+/* An inner MD whose keys are larger than a span rkey holds inline (UCX
+ * 1.18's cuda_ipc packs 200 bytes) gets a twin where its keys can spill
+ * (within the node), and bytes move through the spilled key, every byte of
+ * it read back (strict checks its padding); where keys cannot spill
+ * (UCX_SPAN_SPILL=n) there is no twin */
+TEST(span_uct_config, an_inner_key_too_large_to_hold_inline_spills)
+{
+    setenv("UCX_STRICT_RKEY_SIZE", "200", 1);
+    {
+        twin_side side("strict+");
+        ASSERT_NE(nullptr, side.md);
+        uct_md_attr_t attr;
+        ASSERT_EQ(UCS_OK, uct_md_query(side.md, &attr));
+        EXPECT_EQ(255u, attr.rkey_packed_size);
+        const uint64_t src[2] = {0x1122334455667788ull,
+                                 0x99aabbccddeeff00ull};
+        side.put_zcopy(src, 1);
+        side.put_zcopy(src, 2);
+    }
+    setenv("UCX_SPAN_SPILL", "n", 1);
+    EXPECT_EQ(nullptr, open_md(find_component("span"), "strict+"));
+    unsetenv("UCX_SPAN_SPILL");
+    unsetenv("UCX_STRICT_RKEY_SIZE");
+}

@@ -17,6 +17,9 @@
  * processes never picks them.
  * UCX_STRICT_REPORT_MAX_REG=n makes the MD report no limit, as UCX's ib MD
  * does; UCX_STRICT_PIN=y pins what it registers, as a NIC driver does.
+ * UCX_STRICT_RKEY_SIZE packs keys of that many bytes (24 carry the region,
+ * the rest a pattern of the key the unpack checks), as transports whose
+ * keys are larger than a span rkey holds inline (UCX 1.18's cuda_ipc: 200).
  */
 #include "ucx/span_ucx.h"
 
@@ -32,7 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define STRICT_RKEY_SIZE  24
+#define STRICT_RKEY_SIZE  24  /* the bytes that carry the region */
 #define STRICT_MAX_IFACES 64
 
 typedef struct strict_md_config {
@@ -41,6 +44,7 @@ typedef struct strict_md_config {
     int             truncate;
     int             report_max_reg;
     int             pin;
+    unsigned        rkey_size;
 } strict_md_config_t;
 
 typedef struct strict_md {
@@ -50,7 +54,12 @@ typedef struct strict_md {
     int       truncate;
     int       report_max_reg;
     int       pin;
+    unsigned  rkey_size;
 } strict_md_t;
+
+/* The key size of the MD opened last, which unpacking expects (the tests
+ * open one size per process) */
+static unsigned strict_rkey_size = STRICT_RKEY_SIZE;
 
 /* A registration and, unpacked, a remote key: the extent, its key and what
  * it allows (UCT_MD_MEM_ACCESS_* flags) */
@@ -113,6 +122,11 @@ static ucs_config_field_t strict_md_config_table[] = {
      "costs what pinning costs a NIC driver: for benchmarks.",
      ucs_offsetof(strict_md_config_t, pin), UCS_CONFIG_TYPE_BOOL},
 
+    {"RKEY_SIZE", "24",
+     "Bytes of a packed key, 24 to 255: the first 24 carry the region, the\n"
+     "rest a pattern that unpacking checks.",
+     ucs_offsetof(strict_md_config_t, rkey_size), UCS_CONFIG_TYPE_UINT},
+
     {NULL}
 };
 
@@ -159,7 +173,7 @@ static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *out)
     attr->flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
     attr->reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->rkey_packed_size = STRICT_RKEY_SIZE;
+    attr->rkey_packed_size = smd->rkey_size;
     attr->reg_alignment    = 1;
     ucs_strncpy_zero(attr->component_name, strict_component.name,
                      sizeof(attr->component_name));
@@ -220,6 +234,16 @@ static ucs_status_t strict_md_mem_dereg(uct_md_h md,
     return UCS_OK;
 }
 
+/* The bytes of a key past the region's: a pattern of its key */
+static void strict_rkey_pad(uint8_t *p, unsigned size, uint32_t key)
+{
+    unsigned i;
+
+    for (i = STRICT_RKEY_SIZE; i < size; ++i) {
+        p[i] = (uint8_t)(key + i);
+    }
+}
+
 static ucs_status_t strict_md_mkey_pack(uct_md_h md, uct_mem_h memh,
                                         void *address, size_t length,
                                         const uct_md_mkey_pack_params_t *params,
@@ -232,6 +256,7 @@ static ucs_status_t strict_md_mkey_pack(uct_md_h md, uct_mem_h memh,
     memcpy(p + 4, &region->access, 4);
     memcpy(p + 8, &region->base, 8);
     memcpy(p + 16, &region->length, 8);
+    strict_rkey_pad(p, ((strict_md_t*)md)->rkey_size, region->key);
     return UCS_OK;
 }
 
@@ -273,6 +298,11 @@ static ucs_status_t strict_md_open(uct_component_t *component,
     strict_md_t *smd;
     ucs_status_t status;
 
+    if ((sconfig->rkey_size < STRICT_RKEY_SIZE) || (sconfig->rkey_size > 255)) {
+        ucs_error("strict md: UCX_STRICT_RKEY_SIZE=%u is not in [%d, 255]",
+                  sconfig->rkey_size, STRICT_RKEY_SIZE);
+        return UCS_ERR_INVALID_PARAM;
+    }
     smd = calloc(1, sizeof(*smd));
     if (smd == NULL) {
         return UCS_ERR_NO_MEMORY;
@@ -294,6 +324,8 @@ static ucs_status_t strict_md_open(uct_component_t *component,
     smd->truncate        = sconfig->truncate;
     smd->report_max_reg  = sconfig->report_max_reg;
     smd->pin             = sconfig->pin;
+    smd->rkey_size       = sconfig->rkey_size;
+    strict_rkey_size     = sconfig->rkey_size;
     *md_p                = &smd->super;
     return UCS_OK;
 
@@ -326,8 +358,18 @@ static ucs_status_t strict_rkey_unpack(uct_component_t *component,
                                        uct_rkey_t *rkey_p, void **handle_p)
 {
     const uint8_t *p = buffer;
+    uint8_t pad[256];
     strict_region_t *region;
+    uint32_t key;
 
+    memcpy(&key, p, 4);
+    strict_rkey_pad(pad, strict_rkey_size, key);
+    if (memcmp(p + STRICT_RKEY_SIZE, pad + STRICT_RKEY_SIZE,
+               strict_rkey_size - STRICT_RKEY_SIZE)) {
+        ucs_error("strict rkey: the %u bytes past the region of key %u are "
+                  "not as packed", strict_rkey_size - STRICT_RKEY_SIZE, key);
+        return UCS_ERR_INVALID_PARAM;
+    }
     region = malloc(sizeof(*region));
     if (region == NULL) {
         return UCS_ERR_NO_MEMORY;

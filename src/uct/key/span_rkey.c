@@ -28,7 +28,8 @@
  *   28      4     overlap_pages  overlap of neighbour chunks, < chunk_pages
  *   32      4     unit_pages     hard boundaries at multiples of this many
  *                                pages (absolute addresses); 0: none
- *   36      1     key_size       K, bytes of one inner key (<= 192); with
+ *   36      1     key_size       K, bytes of one inner key (<= 192 inline,
+ *                                larger only with SPILL); with
  *                                SPAN_VMM, SPAN_VMM_KEY_SIZE
  *   37      1     num_varying    v, key bytes that differ between keys;
  *                                with SPAN_VMM and not SPILL, the body's
@@ -431,7 +432,7 @@ ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
     }
 
     flags = span_rkey_geom_flags(geom, pages);
-    if ((flags < 0) || (K > SPAN_RKEY_MAX_KEY)) {
+    if ((flags < 0) || (K > UINT8_MAX)) {
         ucs_error("span rkey: chunk %" PRIu64 ", overlap %" PRIu64 ", unit %"
                   PRIu64 " bytes from 0x%" PRIx64 " and %zu-byte keys cannot "
                   "be packed (sizes must be whole 4 KiB pages, units start at "
@@ -457,6 +458,10 @@ ucs_status_t span_rkey_pack(void *buffer, size_t rkey_size,
                       geom->num_chunks, rkey_size);
             return UCS_ERR_EXCEEDS_LIMIT;
         }
+    } else if (K > SPAN_RKEY_MAX_KEY) {
+        ucs_debug("span rkey: an inner key of %zu bytes does not fit inline "
+                  "(%d at most)", K, SPAN_RKEY_MAX_KEY);
+        return UCS_ERR_EXCEEDS_LIMIT;
     } else {
         num_varying = span_rkey_varying(keys, K, geom->num_chunks, mask);
     }

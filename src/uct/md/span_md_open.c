@@ -216,11 +216,18 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         goto err_close;
     }
 
-    if (smd->inner_attr.rkey_packed_size > SPAN_RKEY_MAX_KEY) {
+    /* a key larger than a span rkey holds inline (UCX 1.18's cuda_ipc packs
+     * 200 bytes) always spills: where it cannot, no twin */
+    smd->spill = span_md_spill_mode(smd,
+                                    ((const span_md_config_t*)config)->spill);
+    if ((smd->inner_attr.rkey_packed_size > UINT8_MAX) ||
+        ((smd->inner_attr.rkey_packed_size > SPAN_RKEY_MAX_KEY) &&
+         (smd->spill == UCS_NO))) {
         ucs_diag("span md '%s': MD '%s' packs %zu-byte rkeys, more than the "
-                 "%d bytes a span rkey can hold inline; '%s' is not offered",
-                 md_name, inner_name, smd->inner_attr.rkey_packed_size,
-                 SPAN_RKEY_MAX_KEY, md_name);
+                 "%d bytes a span rkey can hold inline, and its keys cannot "
+                 "spill (UCX_SPAN_SPILL=n, or it reaches other nodes); '%s' "
+                 "is not offered", md_name, inner_name,
+                 smd->inner_attr.rkey_packed_size, SPAN_RKEY_MAX_KEY, md_name);
         status = UCS_ERR_UNSUPPORTED;
         goto err_close;
     }
@@ -244,7 +251,6 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         goto err_close;
     }
 
-    smd->spill = span_md_spill_mode(smd, ((const span_md_config_t*)config)->spill);
     if (smd->inner_attr.reg_mem_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) {
         smd->device = span_vendor_driver(UCS_MEMORY_TYPE_CUDA);
         if (smd->device == NULL) {

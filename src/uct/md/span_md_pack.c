@@ -279,7 +279,7 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
     size_t K = smd->inner_attr.rkey_packed_size;
     uct_md_mkey_pack_params_t params = {.field_mask = 0};
     span_rkey_desc_t desc = {.component_id = smd->inner_id, .key_size = K};
-    uint8_t key[SPAN_RKEY_MAX_KEY];
+    uint8_t key[UINT8_MAX]; /* span_md_open refuses larger inner keys */
     ucs_status_t status;
     size_t size;
 
@@ -306,6 +306,10 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
     if (status == UCS_OK) {
         memset(UCS_PTR_BYTE_OFFSET(buffer, size), 0,
                smd->rkey_packed_size - size);
+    } else if (status == UCS_ERR_EXCEEDS_LIMIT) {
+        /* nothing would hold a spill slot of a handle that is not span's */
+        ucs_error("span md %p: the %zu-byte key of inner memh %p does not "
+                  "fit in a span rkey inline", smd, K, memh);
     }
     return status;
 }

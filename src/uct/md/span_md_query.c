@@ -57,7 +57,8 @@ ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *out)
 size_t span_md_rkey_packed_size(const span_md_t *smd)
 {
     return ((smd->chunk_size == 0) && (smd->unit_size == 0) &&
-            !span_md_resolves(smd) && (smd->spill != UCS_YES)) ?
+            !span_md_resolves(smd) && (smd->spill != UCS_YES) &&
+            (smd->inner_attr.rkey_packed_size <= SPAN_RKEY_MAX_KEY)) ?
            SPAN_RKEY_HDR_SIZE + smd->inner_attr.rkey_packed_size :
            SPAN_RKEY_MAX_SIZE;
 }

@@ -4,7 +4,9 @@
  * ctest runs as nvml_probe and nvml_fork with this library first on
  * LD_LIBRARY_PATH): GPU 0 has 18 NVLinks, all active, and the first
  * SPAN_FAKE_NVML_FAILURES asks for its handle fail, each taking
- * SPAN_FAKE_NVML_DELAY_US. Only the calls span makes, with NVML's ABI.
+ * SPAN_FAKE_NVML_DELAY_US. Only the calls span makes, with NVML's ABI,
+ * and those UCX's cuda module needs to load, unsupported (the releases
+ * leg, with test/cuda_fake).
  */
 #include "iface/span_nvml.h"
 
@@ -68,4 +70,17 @@ int nvmlDeviceGetNvLinkState(void *device, unsigned link, int *state)
 {
     *state = 1; /* NVML_FEATURE_ENABLED */
     return (link < FAKE_NVML_LINKS) ? 0 : FAKE_NVML_ERROR_UNKNOWN;
+}
+
+#define FAKE_NVML_ERROR_NOT_SUPPORTED 3
+
+int nvmlDeviceGetGpuFabricInfo(void *device, void *info)
+{
+    return FAKE_NVML_ERROR_NOT_SUPPORTED;
+}
+
+int nvmlDeviceGetNvLinkRemotePciInfo_v2(void *device, unsigned link,
+                                        void *pci)
+{
+    return FAKE_NVML_ERROR_NOT_SUPPORTED;
 }

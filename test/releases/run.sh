@@ -3,7 +3,8 @@
 # The releases leg: span in every UCX release before 1.22 that it supports,
 # each from the PyPI wheel contrib/setup/setup.sh unpacked into .span-deps/ucx-<v>,
 # loaded the way those releases allow (LD_PRELOAD: they load no module by
-# name): ucx_info -d lists the twins; span-check's scenarios (whole and
+# name): ucx_info -d lists the twins, cuda_ipc+ too where the release's
+# cuda module lists cuda_ipc on a fake CUDA driver; span-check's scenarios (whole and
 # odd-offset sub-ranges, chunked with a small UCX_SPAN_MAX_CHUNK, an access
 # out of bounds refused) pass; the UCT and UCP tests pass (a freed and
 # reallocated buffer served fresh: ucp_remap); a build that knows no such
@@ -61,6 +62,22 @@ mkdir -p "$pkg/ucx_span"
 cp "$top"/python/ucx_span/*.py "$pkg/ucx_span/"
 ln -s "$build/src/uct/.libs" "$pkg/ucx_span/lib"
 
+# Whether the release's cuda_ipc gets a twin, with a fake CUDA driver of one
+# GPU (test/cuda_fake) and NVML: UCX's cuda module lists cuda_ipc, span
+# must list cuda_ipc+ beside it. $1: the release; $2: span's LD_PRELOAD=
+cuda_row() {
+    local out
+    out=$(env LD_LIBRARY_PATH="$build/test/cuda_fake/.libs:$build/test/nvml_fake/.libs:$deps/ucx-$1/lib" \
+              "$2" UCX_WARN_UNUSED_ENV_VARS=n \
+              timeout 60 "$deps/ucx-$1/bin/ucx_info" -d 2>&1 |
+          grep -oE 'Transport: cuda_ipc\+?$' | sort -u | tr '\n' ' ')
+    case "$out" in
+    *'cuda_ipc+'*) echo "listed" ;;
+    *'cuda_ipc '*) echo "FAILED: cuda_ipc listed, cuda_ipc+ not"; return 1 ;;
+    *) echo "not checked: its cuda module lists no cuda_ipc on the fake driver" ;;
+    esac
+}
+
 # ucx_span.enable() before and after libucx loads UCX; $1: the release
 python_rows() {
     local order out=
@@ -81,12 +98,12 @@ python_rows() {
     echo "${out%, }"
 }
 
-printf '| UCX | twins listed | span-check | uct | ucp | version | python enable() |\n'
-printf '|---|---|---|---|---|---|---|\n'
+printf '| UCX | twins listed | cuda_ipc+ (fake driver) | span-check | uct | ucp | version | python enable() |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
 for v in $releases; do
     prefix=$deps/ucx-$v
     if [ ! -x "$prefix/bin/ucx_info" ]; then
-        printf '| %s | no wheel in %s (contrib/setup/setup.sh) | | | | |\n' \
+        printf '| %s | no wheel in %s (contrib/setup/setup.sh) | | | | | | |\n' \
                "$v" "$prefix"
         failed=1
         continue
@@ -108,6 +125,7 @@ for v in $releases; do
     *" self+ "*" cma+ "*|*" cma+ "*" self+ "*) ;;
     *) twins="FAILED: '$twins'"; failed=1 ;;
     esac
+    cuda=$(cuda_row "$v" "$span") || failed=1
     if [ "$ucp_filter" = '*' ]; then
         check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 \
                     -r 2) || failed=1
@@ -125,7 +143,7 @@ for v in $releases; do
                   ./span_version_test) || failed=1
     python=$(python_rows "$v")
     case $python in *FAILED*) failed=1 ;; esac
-    printf '| %s | %s| %s | %s | %s | %s | %s |\n' "$v" "$twins" "$check" \
-           "$uct" "$ucp" "$version" "$python"
+    printf '| %s | %s| %s | %s | %s | %s | %s | %s |\n' "$v" "$twins" \
+           "$cuda" "$check" "$uct" "$ucp" "$version" "$python"
 done
 exit $failed

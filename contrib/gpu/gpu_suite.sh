@@ -34,7 +34,8 @@
 #     cudaMalloc native and twin, VMM twin with and without batches, bytes
 #     checked; then ucx_perftest -m cuda put_bw and get at those sizes
 #     (SPAN_BLOCKS_PAIRS="0:1": those pairs only; SPAN_BLOCKS_SIZES: those
-#     block sizes only; SPAN_BLOCKS_PERFTEST=n: no perftest);
+#     block sizes only; SPAN_BLOCKS_TABLE=n: perftest only;
+#     SPAN_BLOCKS_PERFTEST=n: no perftest);
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
@@ -473,7 +474,8 @@ echo "## K. Many small blocks (KV-cache pages): one transfer of COUNT blocks, ev
 echo '| GPUs | block | count | put: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | get: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | bytes wrong | posting, us/op of put (get): cudaMalloc native, VMM twin |'
 echo '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 pairs="0:0"; [ "$ngpus" -ge 2 ] && pairs="0:0 0:1"
-for pr in ${SPAN_BLOCKS_PAIRS:-$pairs}; do
+[ "${SPAN_BLOCKS_TABLE:-y}" = y ] || pairs= SPAN_BLOCKS_PAIRS=
+for pr in ${SPAN_BLOCKS_PAIRS-$pairs}; do
     for block in ${SPAN_BLOCKS_SIZES:-4096 16384 65536 262144 1048576}; do
         count=$(( (64 << 20) / block )); [ $count -gt 4096 ] && count=4096
         declare -A col=(); bad=0

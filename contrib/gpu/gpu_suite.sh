@@ -18,7 +18,8 @@
 #     scenarios between twins (UCX_PROTO_INFO): any not over cuda_ipc+ fails;
 #  P. put/get sweep 4-256 MiB: VMM of 2 and 20 MiB handles (twin) vs
 #     cudaMalloc (native), issue 12's table;
-#  N. NIXL as the client (contrib/nixl/nixl_check.py --gpu), where .gpu/nixlpy has
+#  N. NIXL as the client (contrib/nixl/nixl_check.py --gpu, GPU 0 -> 0 and
+#     0 -> 1 where there are two; its KV-cache rows), where .gpu/nixlpy has
 #     contrib/nixl/nixl_bundle.sh's copy of NIXL.
 #  F. fresh pairs: ucx_perftest -m cuda -t ucp_get, a new server and client
 #     each time, SPAN_FRESH_PAIRS of them (default 50) over the twin with
@@ -369,10 +370,14 @@ echo
 echo "## N. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors"
 if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
     nixl_unpack
-    PYTHONPATH=$tmp/span_nixl/py python3 "$top/contrib/nixl/nixl_check.py" --gpu \
-        --runs "$runs"
-    r=$?
-    [ $r -eq 77 ] || rc=$((rc | r))
+    # GPU 0 -> 0, and 0 -> 1 where there are two
+    for g in 0,0 $([ "$ngpus" -ge 2 ] && echo 0,1); do
+        echo "### initiator on GPU ${g%,*}, target on GPU ${g#*,}"
+        PYTHONPATH=$tmp/span_nixl/py python3 \
+            "$top/contrib/nixl/nixl_check.py" --gpu --gpus "$g" --runs "$runs"
+        r=$?
+        [ $r -eq 77 ] || rc=$((rc | r))
+    done
 else
     echo "(no .gpu/nixlpy: contrib/nixl/nixl_bundle.sh makes it)"
 fi

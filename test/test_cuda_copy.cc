@@ -58,6 +58,8 @@ struct fake_driver {
     int                          pushes = 0, set_access = 0;
     int                          fail_copy_at = -1, copies = 0;
     int                          modules = 0, loads = 0, launches = 0;
+    int                          device_queries = 0, ranges = 0;
+    std::vector<int>             launch_devices; /* the context of each */
     bool                         fail_load = false, fail_launch = false;
     std::vector<size_t>          launch_pieces; /* of each launch */
     CUcontext                    current = NULL;
@@ -71,17 +73,45 @@ CUcontext fake_ctx(int device)
     return (CUcontext)(uintptr_t)(0x1000 + device);
 }
 
+/* The buffer of a device that holds ptr: its first MiB is the device's
+ * allocation */
+std::map<uintptr_t, int>::iterator fake_allocation(CUdeviceptr ptr)
+{
+    auto it = drv.device_of.upper_bound((uintptr_t)ptr);
+    if ((it == drv.device_of.begin()) ||
+        ((uintptr_t)ptr - (--it)->first >= (1u << 20))) {
+        return drv.device_of.end(); /* host memory */
+    }
+    return it;
+}
+
 CUresult fake_pointer_attr(void *data, CUpointer_attribute attr,
                            CUdeviceptr ptr)
 {
-    /* a buffer of a device: its first MiB is the device's too */
-    auto it = drv.device_of.upper_bound((uintptr_t)ptr);
+    auto it = fake_allocation(ptr);
+
+    ++drv.device_queries;
     if ((attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) ||
-        (it == drv.device_of.begin()) ||
-        ((uintptr_t)ptr - (--it)->first >= (1u << 20))) {
-        return CUDA_ERROR_INVALID_VALUE; /* host memory */
+        (it == drv.device_of.end())) {
+        return CUDA_ERROR_INVALID_VALUE;
     }
     *(int*)data = it->second;
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
+{
+    auto it = fake_allocation(ptr);
+
+    ++drv.ranges;
+    if (drv.current == NULL) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (it == drv.device_of.end()) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *base = it->first;
+    *size = 1u << 20;
     return CUDA_SUCCESS;
 }
 
@@ -220,6 +250,7 @@ CUresult fake_launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz,
     EXPECT_EQ(NULL, extra);
     ++drv.launches;
     drv.launch_pieces.push_back(gx);
+    drv.launch_devices.push_back((int)((uintptr_t)stream - 0x1000));
     fake_op op = {stream, NULL, NULL, 0, NULL, {}};
     op.pieces.assign(args->piece, args->piece + gx);
     for (const auto &p : op.pieces) {
@@ -322,6 +353,7 @@ protected:
         m_saved = span_libcuda;
         drv     = fake_driver();
         span_libcuda.cuPointerGetAttribute     = fake_pointer_attr;
+        span_libcuda.cuMemGetAddressRange      = fake_address_range;
         span_libcuda.cuDeviceGet               = fake_device_get;
         span_libcuda.cuDevicePrimaryCtxRetain  = fake_retain;
         span_libcuda.cuDevicePrimaryCtxRelease = fake_release;
@@ -884,6 +916,108 @@ TEST_F(cuda_copy_batch, another_devices_op_queues_the_batch_first)
     }
     EXPECT_EQ(0x5a, m_remote[128]);
     EXPECT_EQ(2, drv.modules);
+}
+
+TEST_F(cuda_copy_batch, a_burst_in_one_allocation_asks_its_device_twice)
+{
+    ordered_comp c[9];
+
+    for (int round = 0; round < 2; ++round) {
+        drv.device_queries = drv.ranges = 0;
+        s_order.clear();
+        for (int i = 0; i < 9; ++i) {
+            init(&c[i], i);
+            ASSERT_EQ(UCS_INPROGRESS, put(i * 4096 + round, 100, &c[i].super));
+        }
+        /* the first op alone; the second's allocation holds the rest */
+        EXPECT_EQ(2, drv.device_queries) << "round " << round;
+        EXPECT_EQ(1, drv.ranges) << "round " << round;
+        fake_run();
+        EXPECT_EQ(9u, span_vmm_copy_progress(m_copy));
+        ASSERT_EQ(9u, s_order.size());
+        for (int i = 0; i < 9; ++i) {
+            EXPECT_EQ(i, s_order[i].first);
+            EXPECT_EQ(0, memcmp(&m_local[i * 4096 + round],
+                                &m_remote[i * 4096 + round], 100));
+        }
+    }
+}
+
+TEST_F(cuda_copy_batch, an_allocation_is_asked_again_once_its_ops_completed)
+{
+    ordered_comp c[6];
+
+    for (int i = 0; i < 3; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    fake_run(2);
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy)); /* 2 still queued */
+    init(&c[3], 3);
+    drv.device_queries = 0;
+    ASSERT_EQ(UCS_INPROGRESS, put(3 * 64, 64, &c[3].super));
+    EXPECT_EQ(0, drv.device_queries); /* held by the ops still queued */
+    fake_run();
+    EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
+    /* every op completed: the buffer may be freed, and the address given
+     * to another device's allocation */
+    drv.device_of[(uintptr_t)m_local.data()] = 1;
+    for (int i = 4; i < 6; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    EXPECT_EQ(2, drv.device_queries);
+    span_vmm_copy_progress(m_copy);
+    ASSERT_EQ(2u, drv.launch_devices.size());
+    EXPECT_EQ(0, drv.launch_devices[0]);
+    EXPECT_EQ(1, drv.launch_devices[1]);
+    EXPECT_EQ(1, drv.copy_devices.back()); /* the 5th op, alone */
+    EXPECT_EQ(3ull, m_map.devices);
+    fake_run();
+    EXPECT_EQ(2u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 6 * 64));
+}
+
+TEST_F(cuda_copy_batch, a_mapping_without_the_devices_access_is_routed)
+{
+    ordered_comp c[3];
+    span_vmm_map_t other = m_map;
+
+    other.devices = 0; /* another peer's, mapped here just now */
+    init(&c[0], 0);
+    init(&c[1], 1);
+    init(&c[2], 2);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c[0].super));
+    ASSERT_EQ(UCS_INPROGRESS, put(64, 64, &c[1].super));
+    uct_iov_t iov = {&m_local[128], 64, NULL, 64, 1};
+    ASSERT_EQ(UCS_INPROGRESS, span_vmm_copy_post(m_copy, &other, 1, &iov, 1,
+                                                 &m_remote[128], &c[2].super));
+    EXPECT_EQ(1ull, other.devices);
+    EXPECT_EQ(1, drv.set_access);
+    EXPECT_EQ(3, drv.device_queries);
+    span_vmm_copy_progress(m_copy);
+    fake_run();
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(3u, s_order.size());
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 3 * 64));
+}
+
+TEST_F(cuda_copy_batch, a_device_buffer_whose_allocation_is_unknown_is_routed)
+{
+    ordered_comp c[4];
+
+    span_libcuda.cuMemGetAddressRange = NULL; /* a driver without it */
+    for (int i = 0; i < 4; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    EXPECT_EQ(4, drv.device_queries);
+    fake_run();
+    span_vmm_copy_progress(m_copy);
+    fake_run();
+    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(4u, s_order.size());
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 4 * 64));
 }
 
 TEST_F(cuda_copy_batch, destroy_queues_and_completes_the_gathered_ops)

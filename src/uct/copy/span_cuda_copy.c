@@ -172,6 +172,35 @@ static void span_cuda_copy_leave(int pushed)
     }
 }
 
+/* The allocation that holds local: cuMemGetAddressRange, which reports one
+ * physical allocation of a VMM range, in a context (op's device's) */
+static ucs_status_t span_cuda_copy_extent(void *vendor,
+                                          const span_vmm_copy_op_t *op,
+                                          const void *local,
+                                          uint64_t *start_p,
+                                          uint64_t *length_p)
+{
+    span_cuda_copy_t *cuda = vendor;
+    CUdeviceptr start;
+    size_t length;
+    CUresult res;
+    int pushed;
+
+    if (span_libcuda.cuMemGetAddressRange == NULL) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    pushed = span_cuda_copy_enter(cuda->dev[op->device].ctx);
+    res    = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuMemGetAddressRange,
+                               &start, &length, (CUdeviceptr)local);
+    span_cuda_copy_leave(pushed);
+    if (res != CUDA_SUCCESS) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *start_p  = start;
+    *length_p = length;
+    return UCS_OK;
+}
+
 /* An event belongs to the context current at its creation, and a stream
  * records only its own context's events: it is made in the device's, not
  * in whichever one the thread has (another device's, or none) */

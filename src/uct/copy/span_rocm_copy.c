@@ -209,8 +209,9 @@ static void span_rocm_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
     }
 }
 
-/* HSA copies are queued one by one: no batches */
-#define span_rocm_copy_batch NULL
+/* HSA copies are queued one by one: no batches, and each op is routed */
+#define span_rocm_copy_batch  NULL
+#define span_rocm_copy_extent NULL
 
 const span_vmm_copy_ops_t span_rocm_copy_ops =
         SPAN_VMM_COPY_OPS(rocm, UCS_MEMORY_TYPE_ROCM);

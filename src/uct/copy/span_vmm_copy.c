@@ -58,6 +58,14 @@ struct span_vmm_copy {
     span_vmm_copy_desc_t      *pending;       /* the batch being filled */
     unsigned                  since_progress; /* ops posted since the last
                                                  progress */
+    /* the allocation of device memory of the local buffers of a burst of
+     * ops (ops->extent): an op queued in it (seq) owns its buffer until it
+     * completes, so while it has not (done < seq), the allocation is not
+     * freed and the ops that follow into it copy on its device */
+    struct {
+        uint64_t start, length, seq;
+        int      device;
+    } local;
     uint64_t                  vendor[]; /* ops->vendor_size bytes */
 };
 
@@ -291,6 +299,39 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
     return UCS_INPROGRESS;
 }
 
+/* Whether local lies in the allocation of an op still queued, whose device
+ * then copies op too: map was given that device's access already */
+static UCS_F_ALWAYS_INLINE int
+span_vmm_copy_local_known(const span_vmm_copy_t *copy,
+                          const span_vmm_map_t *map, const void *local,
+                          span_vmm_copy_op_t *op)
+{
+    if ((copy->done >= copy->local.seq) ||
+        ((uintptr_t)local - copy->local.start >= copy->local.length) ||
+        !(map->devices & (1ull << copy->local.device))) {
+        return 0;
+    }
+    op->device = copy->local.device;
+    op->host   = 0;
+    return 1;
+}
+
+/* Asks for the allocation of op's local buffer, just routed to a device:
+ * whether it is known, to be kept once op is queued */
+static int span_vmm_copy_local_learn(span_vmm_copy_t *copy,
+                                     const span_vmm_copy_op_t *op,
+                                     const void *local)
+{
+    copy->local.seq = 0; /* not kept until an op in it is queued */
+    if (op->host || (copy->ops->extent == NULL) ||
+        (copy->ops->extent(copy->vendor, op, local, &copy->local.start,
+                           &copy->local.length) != UCS_OK)) {
+        return 0;
+    }
+    copy->local.device = op->device;
+    return 1;
+}
+
 ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 int is_put, const uct_iov_t *iov,
                                 size_t iovcnt, uint8_t *remote,
@@ -302,17 +343,27 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     span_vmm_copy_desc_t *desc;
     ucs_status_t status;
     size_t queued;
+    int known;
 
     if (copies == 0) {
         return UCS_OK;
     }
-    status = ops->route(copy->vendor, map, iov[0].buffer, remote, &op);
-    if (status != UCS_OK) {
-        return status;
+    known = span_vmm_copy_local_known(copy, map, iov[0].buffer, &op);
+    if (!known) {
+        status = ops->route(copy->vendor, map, iov[0].buffer, remote, &op);
+        if (status != UCS_OK) {
+            return status;
+        }
     }
     if (span_vmm_copy_batches(copy, &op, copies, comp)) {
-        return span_vmm_copy_add(copy, &op, iov, iovcnt, remote, copies,
-                                 comp);
+        /* a burst: learn its allocation here, not for an op alone */
+        known  = known || span_vmm_copy_local_learn(copy, &op, iov[0].buffer);
+        status = span_vmm_copy_add(copy, &op, iov, iovcnt, remote, copies,
+                                   comp);
+        if (known && (status == UCS_INPROGRESS)) {
+            copy->local.seq = copy->posted;
+        }
+        return status;
     }
     if (copy->pending != NULL) {
         span_vmm_copy_submit(copy); /* what was posted before goes first */
@@ -341,6 +392,9 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     desc->ops[0]     = (span_vmm_copy_rec_t){comp, status, copies};
     desc->seq        = ++copy->posted;
     ucs_list_add_tail(&copy->active, &desc->list);
+    if (known) {
+        copy->local.seq = desc->seq;
+    }
     if ((status != UCS_OK) && (comp == NULL)) {
         /* nothing to report it through later: wait here */
         ops->wait(copy->vendor, &desc->signal);

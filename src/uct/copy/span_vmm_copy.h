@@ -10,6 +10,8 @@
  * after the first one since the last progress are gathered, and queued
  * together, behind one signal, at the next progress or flush, or once a
  * batch is full: many small copies then cost one launch, not one each.
+ * The ops of such a burst whose local buffers lie in the allocation of an
+ * op still queued skip the runtime's question of their device.
  * Nothing here waits for the application's work, and progress never
  * blocks. The vendor's calls are a table (span_vmm_copy_ops.h), one per
  * runtime span was built with.

@@ -74,6 +74,16 @@ typedef struct span_vmm_copy_ops {
     ucs_status_t (*route)(void *vendor, span_vmm_map_t *map,
                           const void *local, const void *remote,
                           span_vmm_copy_op_t *op);
+    /* Optional (NULL: every op is routed): the allocation of device memory
+     * that holds local, on op's device as route found it, in *start_p and
+     * *length_p; UCS_OK, or an error (not logged) where it is not known.
+     * While an op with its buffer in it is queued, the allocation cannot
+     * be freed (the op owns its buffer until it completes), so the engine
+     * routes the ops that follow into it to the same device without asking
+     * the runtime again */
+    ucs_status_t (*extent)(void *vendor, const span_vmm_copy_op_t *op,
+                           const void *local, uint64_t *start_p,
+                           uint64_t *length_p);
     /* A signal of device, idle; UCS_OK, or an error logged */
     ucs_status_t (*signal_create)(void *vendor, int device,
                                   span_vmm_copy_signal_t *signal);
@@ -110,8 +120,8 @@ typedef struct span_vmm_copy_ops {
 } span_vmm_copy_ops_t;
 
 /* The table of _vendor, whose state is span_<_vendor>_copy_t and whose
- * calls are span_<_vendor>_copy_<member> (copy: _async; batch may be a
- * NULL of that name) */
+ * calls are span_<_vendor>_copy_<member> (copy: _async; extent and batch
+ * may be a NULL of that name) */
 #define SPAN_VMM_COPY_OPS(_vendor, _mem_type) \
     { \
         .name           = #_vendor, \
@@ -120,6 +130,7 @@ typedef struct span_vmm_copy_ops {
         .init           = span_##_vendor##_copy_init, \
         .cleanup        = span_##_vendor##_copy_cleanup, \
         .route          = span_##_vendor##_copy_route, \
+        .extent         = span_##_vendor##_copy_extent, \
         .signal_create  = span_##_vendor##_copy_signal_create, \
         .signal_destroy = span_##_vendor##_copy_signal_destroy, \
         .begin          = span_##_vendor##_copy_begin, \

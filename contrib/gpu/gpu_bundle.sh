@@ -36,7 +36,10 @@ if [ -x "$top/test/nixl/span_gpu_test" ] && [ -d "$nixl" ]; then
         "$nixl"/ucx/libuct_cma.so.* "$out/nixl/lib/ucx/"
     cp "$top/test/nixl/span_gpu_test" "$top/test/nixl/span-check" \
         "$out/nixl/bin/"
-    strip --strip-unneeded "$out"/nixl/lib/*.so.* "$out"/nixl/lib/ucx/*.so.* \
+    # counts the driver calls of UCX's cuda modules (gpu_suite.sh part D)
+gcc -shared -fPIC -O2 "$top/contrib/gpu/span_cuda_calls.c" -ldl \
+    -o "$out/bin/libspan_cuda_calls.so"
+strip --strip-unneeded "$out"/nixl/lib/*.so.* "$out"/nixl/lib/ucx/*.so.* \
         "$out"/nixl/bin/* 2>/dev/null || true
 fi
 # UCX releases before 1.22 from their wheels (contrib/setup/setup.sh), for part V:

@@ -37,6 +37,9 @@
 #     (SPAN_BLOCKS_PAIRS="0:1": those pairs only; SPAN_BLOCKS_SIZES: those
 #     block sizes only; SPAN_BLOCKS_TABLE=n: perftest only;
 #     SPAN_BLOCKS_PERFTEST=n: no perftest);
+#  D. the CUDA driver calls of UCX's cuda modules during part K's cudaMalloc
+#     transfer of 4096 blocks of 16 KiB (contrib/gpu/span_cuda_calls.c),
+#     native against the twin, GPU 0->0 and 0->1: the twin adds none;
 #  C. NIXL, one initiator on each GPU reading and writing a tensor of the
 #     next GPU, all at once, RUNS times (where .gpu/nixlpy exists); what
 #     each process left open once its agent is gone, against native.
@@ -51,11 +54,11 @@
 #  R. on an AMD GPU: rocm_ipc vs rocm_ipc+ (test/rocm/run.sh), with the UCX
 #     in $SPAN_UCX_ROCM_PREFIX (a UCX 1.22 installation with its ROCm modules, docs/rocm.md); skipped elsewhere.
 # Usage: contrib/gpu/gpu_suite.sh [RUNS [PARTS]], PARTS e.g. 45
-# (default 1234U56789PNFMKCR; V only when named)
+# (default 1234U56789PNFMKDCR; V only when named)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${1:-5}
-parts=${2:-1234U56789PNFMKCR}
+parts=${2:-1234U56789PNFMKDCR}
 part() { [[ $parts == *$1* ]]; }
 gpu=$top/.gpu
 export LD_LIBRARY_PATH=$gpu/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -543,6 +546,30 @@ mt=$(printf '%s\n' "${t[@]}" | median)
 printf '| ucp_put_lat | 8 | %.3f | %.3f | %.3f |\n' "$mn" "$mt" \
        "$(awk -v n="$mn" -v t="$mt" 'BEGIN {print (n > 0) ? t / n : 0}')"
 }
+}
+
+part D && {
+echo
+echo "## D. CUDA driver calls of UCX's cuda modules in one blocks run (cudaMalloc, 4096 blocks of 16 KiB, 5 transfers and a checked one, put and get; all processes), native vs twin"
+pairs="0:0"; [ "$ngpus" -ge 2 ] && pairs="0:0 0:1"
+for pr in $pairs; do
+    for tls in $native $twin; do
+        env SPAN_GPU_DEVICE=${pr%:*} SPAN_PAIR_TARGET_GPU=${pr#*:} \
+            UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y \
+            LD_PRELOAD="$gpu/bin/libspan_cuda_calls.so" \
+            "$gpu/bin/span_bench_gpu" blocks 1 0 16384 4096 5 "$tls" \
+            > "$tmp/span_calls.out" 2> "$tmp/span_calls.err" || rc=1
+        grep '^BLOCKS' "$tmp/span_calls.out" | awk '{print "GB/s, put and get:", $8, $13}' > "$tmp/span_calls_gbs_$tls"
+        awk '$1 == "CUCALLS" {n[$3] += $4} END {for (c in n) print c, n[c]}' \
+            "$tmp/span_calls.err" | sort > "$tmp/span_calls_$tls"
+    done
+    echo "### GPU ${pr%:*} -> ${pr#*:}"
+    echo '| driver call | native | twin |'
+    echo '|---|---|---|'
+    join -a1 -a2 -e 0 -o 0,1.2,2.2 "$tmp/span_calls_$native" \
+        "$tmp/span_calls_$twin" | awk '{printf "| %s | %s | %s |\n", $1, $2, $3}'
+    echo "native $(cat "$tmp/span_calls_gbs_$native"); twin $(cat "$tmp/span_calls_gbs_$twin")"
+done
 }
 
 part C && [ "$ngpus" -ge 2 ] && [ -f "$gpu/nixlpy/nixl.tar.xz" ] && {

@@ -907,15 +907,50 @@ TEST_F(cuda_copy_batch, another_devices_op_queues_the_batch_first)
                                                  &m_remote[128], &c[2].super));
     EXPECT_EQ(1, drv.launches); /* device 0's batch went first */
     ASSERT_EQ(UCS_INPROGRESS, put(192, 64, &c[3].super));
+    EXPECT_EQ(2, drv.launches); /* then device 1's */
     span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(2, drv.launches); /* three submissions queued: it waits */
+    fake_run();
+    EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
     EXPECT_EQ(3, drv.launches);
     fake_run();
-    EXPECT_EQ(4u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy));
     for (int i = 0; i < 4; ++i) {
         EXPECT_EQ(i, s_order[i].first);
     }
     EXPECT_EQ(0x5a, m_remote[128]);
     EXPECT_EQ(2, drv.modules);
+}
+
+/* A progress between every two posts, as a progress thread makes: the
+ * ops gather while two submissions are queued on the device */
+TEST_F(cuda_copy_batch, ops_posted_between_progresses_gather_while_busy)
+{
+    ordered_comp c[5]; /* fewer than fill two batches of 4 */
+
+    for (int i = 0; i < 5; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+        EXPECT_EQ(0u, span_vmm_copy_progress(m_copy)) << "op " << i;
+    }
+    /* the first alone, the second queued by the progress after it, the
+     * others held until the device has room */
+    EXPECT_EQ(1, drv.copies);
+    ASSERT_EQ(1, drv.launches);
+    EXPECT_EQ(1u, drv.launch_pieces[0]);
+    fake_run();
+    EXPECT_EQ(2u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(2, drv.launches);
+    EXPECT_EQ(3u, drv.launch_pieces[1]);
+    fake_run();
+    EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(5u, s_order.size());
+    for (int i = 0; i < 5; ++i) {
+        EXPECT_EQ(i, s_order[i].first);
+        EXPECT_EQ(UCS_OK, s_order[i].second);
+    }
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 5 * 64));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 
 TEST_F(cuda_copy_batch, a_burst_in_one_allocation_asks_its_device_twice)
@@ -958,7 +993,9 @@ TEST_F(cuda_copy_batch, an_allocation_is_asked_again_once_its_ops_completed)
     ASSERT_EQ(UCS_INPROGRESS, put(3 * 64, 64, &c[3].super));
     EXPECT_EQ(0, drv.device_queries); /* held by the ops still queued */
     fake_run();
-    EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(2u, span_vmm_copy_progress(m_copy)); /* and queues the 4th */
+    fake_run();
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy));
     /* every op completed: the buffer may be freed, and the address given
      * to another device's allocation */
     drv.device_of[(uintptr_t)m_local.data()] = 1;
@@ -968,9 +1005,9 @@ TEST_F(cuda_copy_batch, an_allocation_is_asked_again_once_its_ops_completed)
     }
     EXPECT_EQ(2, drv.device_queries);
     span_vmm_copy_progress(m_copy);
-    ASSERT_EQ(2u, drv.launch_devices.size());
-    EXPECT_EQ(0, drv.launch_devices[0]);
-    EXPECT_EQ(1, drv.launch_devices[1]);
+    ASSERT_EQ(3u, drv.launch_devices.size());
+    EXPECT_EQ(0, drv.launch_devices[1]);
+    EXPECT_EQ(1, drv.launch_devices[2]);
     EXPECT_EQ(1, drv.copy_devices.back()); /* the 5th op, alone */
     EXPECT_EQ(3ull, m_map.devices);
     fake_run();

@@ -14,6 +14,11 @@
  * whole batch holds is queued alone */
 #define SPAN_VMM_COPY_BATCH_PIECES 4
 
+/* Submissions a progress keeps queued on the device before it queues the
+ * batch being filled: one running, one behind it, while the next one
+ * gathers the ops posted meanwhile */
+#define SPAN_VMM_COPY_DEPTH 2
+
 /* An op of a submission */
 typedef struct span_vmm_copy_rec {
     uct_completion_t *comp;
@@ -46,6 +51,7 @@ typedef struct span_vmm_copy_flush {
 struct span_vmm_copy {
     const span_vmm_copy_ops_t *ops;
     ucs_list_link_t           active;  /* in the order queued */
+    unsigned                  in_flight; /* descriptors on active */
     ucs_list_link_t           flushes; /* in the order of their seq */
     uint64_t                  posted;  /* seq of the last op queued */
     uint64_t                  done;    /* seq of the last op completed */
@@ -56,8 +62,6 @@ struct span_vmm_copy {
     unsigned                  batch_ops;      /* 1: every op alone */
     size_t                    batch_pieces;
     span_vmm_copy_desc_t      *pending;       /* the batch being filled */
-    unsigned                  since_progress; /* ops posted since the last
-                                                 progress */
     /* the allocation of device memory of the local buffers of a burst of
      * ops (ops->extent): an op queued in it (seq) owns its buffer until it
      * completes, so while it has not (done < seq), the allocation is not
@@ -209,6 +213,7 @@ static void span_vmm_copy_submit(span_vmm_copy_t *copy)
     copy->pending  = NULL;
     desc->signaled = 1;
     ucs_list_add_tail(&copy->active, &desc->list);
+    ++copy->in_flight;
     status = ops->batch(copy->vendor, desc->device, desc->pieces,
                         desc->num_pieces, &desc->signal);
     if (status == UCS_OK) {
@@ -237,19 +242,21 @@ static void span_vmm_copy_submit(span_vmm_copy_t *copy)
     }
 }
 
-/* Whether op joins the batch being filled, or starts one: the first op
- * after a progress is queued alone, so that one op keeps the latency of a
- * copy; the ops that follow it before the next progress are batched. An
- * op to or from host memory (which the vendor's kernel may not reach), of
- * no completion (nothing would report a failure of its batch), or of more
- * pieces than a batch holds goes alone. */
+/* Whether op joins the batch being filled, or starts one: an op posted
+ * while the device has none of the engine's copies is queued alone, so
+ * that one op keeps the latency of a copy; the ops that follow it while
+ * copies are queued are batched, whether the application progresses
+ * between them or not (a progress thread may). An op to or from host
+ * memory (which the vendor's kernel may not reach), of no completion
+ * (nothing would report a failure of its batch), or of more pieces than a
+ * batch holds goes alone. */
 static int span_vmm_copy_batches(const span_vmm_copy_t *copy,
                                  const span_vmm_copy_op_t *op, size_t copies,
                                  const uct_completion_t *comp)
 {
     return (copy->batch_ops > 1) && !op->host && (comp != NULL) &&
            (copies <= copy->batch_pieces) &&
-           ((copy->since_progress > 0) || (copy->pending != NULL));
+           ((copy->in_flight > 0) || (copy->pending != NULL));
 }
 
 /* Adds op to the batch being filled (queued first where it is another
@@ -292,7 +299,6 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
     }
     desc->ops[desc->num_ops++] = (span_vmm_copy_rec_t){comp, UCS_OK, copies};
     desc->seq                  = ++copy->posted;
-    ++copy->since_progress;
     if (desc->num_ops == copy->batch_ops) {
         span_vmm_copy_submit(copy);
     }
@@ -372,7 +378,6 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     if (desc == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
-    ++copy->since_progress;
     op.signal = desc->signal;
     ops->begin(copy->vendor, &op, copies);
     status = span_vmm_copy_issue(copy, &op, iov, iovcnt, remote, copies,
@@ -392,6 +397,7 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     desc->ops[0]     = (span_vmm_copy_rec_t){comp, status, copies};
     desc->seq        = ++copy->posted;
     ucs_list_add_tail(&copy->active, &desc->list);
+    ++copy->in_flight;
     if (known) {
         copy->local.seq = desc->seq;
     }
@@ -426,10 +432,6 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
     ucs_status_t status;
     unsigned count = 0;
 
-    copy->since_progress = 0;
-    if (copy->pending != NULL) {
-        span_vmm_copy_submit(copy);
-    }
     while (!ucs_list_is_empty(&copy->active)) {
         desc   = ucs_list_head(&copy->active, span_vmm_copy_desc_t, list);
         status = desc->signaled ?
@@ -443,11 +445,16 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
                       desc->seq, desc->device);
         }
         ucs_list_del(&desc->list);
+        --copy->in_flight;
         copy->done = desc->seq;
         ucs_list_add_tail(&copy->pool[desc->batch][desc->device],
                           &desc->list);
         span_vmm_copy_complete(desc, status);
         count += desc->num_ops;
+    }
+    /* the ops gathered while the device was busy go once it has room */
+    if ((copy->pending != NULL) && (copy->in_flight < SPAN_VMM_COPY_DEPTH)) {
+        span_vmm_copy_submit(copy);
     }
     while (!ucs_list_is_empty(&copy->flushes)) {
         flush = ucs_list_head(&copy->flushes, span_vmm_copy_flush_t, list);

@@ -6,10 +6,12 @@
  * (or, for host memory, of the mapping), one signal of the vendor (a CUDA
  * event, an HSA signal) marks their end, the op returns UCS_INPROGRESS and
  * the iface's progress completes it. A flush completes behind the last op.
- * Where the vendor batches (span_vmm_copy_ops_t.batch), the ops posted
- * after the first one since the last progress are gathered, and queued
- * together, behind one signal, at the next progress or flush, or once a
- * batch is full: many small copies then cost one launch, not one each.
+ * Where the vendor batches (span_vmm_copy_ops_t.batch), an op posted
+ * while none of the engine's copies are queued goes at once, alone; the
+ * ops posted while copies are queued are gathered, and queued together,
+ * behind one signal, at a progress that finds fewer than two submissions
+ * queued, at a flush, or once a batch is full: many small copies then cost
+ * one launch, not one each, even where progress runs between the posts.
  * The ops of such a burst whose local buffers lie in the allocation of an
  * op still queued skip the runtime's question of their device.
  * Nothing here waits for the application's work, and progress never
@@ -50,8 +52,8 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 size_t iovcnt, uint8_t *remote,
                                 uct_completion_t *comp);
 
-/* Queues the batch being filled, then completes the ops whose copies ran,
- * in order; their count */
+/* Completes the ops whose copies ran, in order, then queues the batch
+ * being filled where the device has room; the count of ops completed */
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy);
 
 /* Whether copies are queued */

@@ -47,6 +47,18 @@ static unsigned span_iface_progress(uct_iface_h iface)
     return count;
 }
 
+/* span's own copies signal no event of the inner transport's: while any
+ * are queued, the caller must progress rather than sleep */
+static ucs_status_t span_iface_event_arm(uct_iface_h iface, unsigned events)
+{
+    span_iface_t *siface = span_iface_get(iface);
+
+    if ((siface->copy != NULL) && span_vmm_copy_busy(siface->copy)) {
+        return UCS_ERR_BUSY;
+    }
+    return siface->ops.iface_event_arm(iface, events);
+}
+
 static ucs_status_t span_iface_fence(uct_iface_h iface, unsigned flags)
 {
     span_iface_t *siface = span_iface_get(iface);
@@ -249,9 +261,10 @@ static void span_iface_patch(uct_iface_ops_t *ops, const span_md_t *smd)
     SPAN_IFACE_PATCH(ops, iface_query, span_iface_query)
     SPAN_IFACE_PATCH(ops, iface_close, span_iface_close)
     /* twins of device memory only: VMM copies complete from the iface's
-     * progress */
+     * progress, and keep it from sleeping */
     if (smd->device != NULL) {
         SPAN_IFACE_PATCH(ops, iface_progress, span_iface_progress)
+        SPAN_IFACE_PATCH(ops, iface_event_arm, span_iface_event_arm)
     }
 }
 

@@ -63,12 +63,13 @@ ucs_config_field_t span_md_config_table[] = {
 
     {"COPY_BATCH", "1024",
      "Device copies span makes itself (VMM memory it exported: PyTorch's\n"
-     "expandable segments) that a process posts after the first one since\n"
-     "the last progress are gathered and queued together at the next\n"
-     "progress or flush, or once this many ops are gathered: many small\n"
-     "blocks (KV-cache pages) then cost one kernel launch, not one copy\n"
-     "engine job each. The first op after a progress is queued alone, at\n"
-     "the latency of one copy. 0 or 1: every op alone, as cuda_ipc copies.",
+     "expandable segments) that a process posts while earlier ones are\n"
+     "queued on the device are gathered and queued together once the\n"
+     "device has room (at a progress), at a flush, or once this many ops\n"
+     "are gathered: many small blocks (KV-cache pages) then cost one kernel\n"
+     "launch, not one copy engine job each. An op posted while none are\n"
+     "queued goes alone, at the latency of one copy. 0 or 1: every op\n"
+     "alone, as cuda_ipc copies.",
      ucs_offsetof(span_md_config_t, copy_batch), UCS_CONFIG_TYPE_UINT},
 
     {"COPY_KERNEL_MAX", "1m",

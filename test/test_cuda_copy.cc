@@ -421,7 +421,7 @@ protected:
 
     span_libcuda_t         m_saved;
     /* each op alone, as before batches: the batch tests set their own */
-    span_vmm_copy_params_t m_params = {0, 0};
+    span_vmm_copy_params_t m_params = {};
     size_t                 m_size   = 4096;
     span_vmm_copy_t        *m_copy  = NULL;
     span_vmm_map_t       m_map   = {};
@@ -669,7 +669,8 @@ class cuda_copy_batch : public cuda_copy {
 protected:
     cuda_copy_batch()
     {
-        m_params = {4, 128 * 1024};
+        m_params = {.batch_ops = 4, .batch_bytes = SIZE_MAX,
+                    .kernel_max = 128 * 1024};
         m_size   = 1024 * 1024;
     }
 
@@ -779,6 +780,40 @@ TEST_F(cuda_copy_batch, a_full_batch_goes_without_waiting_for_progress)
         EXPECT_EQ(i, s_order[i].first);
     }
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 9 * 64));
+}
+
+/* Batches of at most 4 ops and 256 bytes */
+class cuda_copy_batch_bytes : public cuda_copy_batch {
+protected:
+    cuda_copy_batch_bytes()
+    {
+        m_params.batch_bytes = 256;
+    }
+};
+
+TEST_F(cuda_copy_batch_bytes, a_batch_goes_once_its_ops_hold_its_bytes)
+{
+    ordered_comp c[7];
+
+    for (int i = 0; i < 7; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 128, 128, &c[i].super));
+    }
+    /* 1 alone, then three batches of 2 ops of 128 bytes, none held */
+    EXPECT_EQ(1, drv.copies);
+    ASSERT_EQ(3, drv.launches);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(2u, drv.launch_pieces[i]) << "launch " << i;
+    }
+    fake_run();
+    EXPECT_EQ(7u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(7u, s_order.size());
+    for (int i = 0; i < 7; ++i) {
+        EXPECT_EQ(i, s_order[i].first);
+        EXPECT_EQ(UCS_OK, s_order[i].second);
+    }
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 7 * 128));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 
 TEST_F(cuda_copy_batch, a_flush_queues_the_gathered_ops_and_waits_for_them)

@@ -25,7 +25,8 @@ extern "C" {
 }
 
 /* HSA has no batches: what an iface's engine is given */
-static const span_vmm_copy_params_t span_test_copy_params = {1024, 262144};
+static const span_vmm_copy_params_t span_test_copy_params = {
+        .batch_ops = 1024, .batch_bytes = SIZE_MAX, .kernel_max = 262144};
 
 #include <cstring>
 #include <unistd.h>

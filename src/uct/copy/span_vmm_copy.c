@@ -37,6 +37,7 @@ typedef struct span_vmm_copy_desc {
     uint64_t               seq;        /* of its last op */
     unsigned               num_ops;
     size_t                 num_pieces; /* of a batch */
+    size_t                 num_bytes;  /* of a batch */
     span_vmm_copy_piece_t  *pieces;    /* batch_pieces of room (batch) */
     span_vmm_copy_rec_t    ops[];      /* batch_ops of room (batch), or 1 */
 } span_vmm_copy_desc_t;
@@ -61,6 +62,7 @@ struct span_vmm_copy {
     ucs_list_link_t           pool[2][SPAN_VMM_COPY_MAX_DEVICES];
     unsigned                  batch_ops;      /* 1: every op alone */
     size_t                    batch_pieces;
+    size_t                    batch_bytes;
     span_vmm_copy_desc_t      *pending;       /* the batch being filled */
     /* the allocation of device memory of the local buffers of a burst of
      * ops (ops->extent): an op queued in it (seq) owns its buffer until it
@@ -103,6 +105,7 @@ ucs_status_t span_vmm_copy_create(const span_vmm_copy_ops_t *ops,
         copy->batch_ops    = params->batch_ops;
         copy->batch_pieces = (size_t)params->batch_ops *
                              SPAN_VMM_COPY_BATCH_PIECES;
+        copy->batch_bytes  = params->batch_bytes;
     } else {
         copy->batch_ops    = 1;
     }
@@ -260,7 +263,7 @@ static int span_vmm_copy_batches(const span_vmm_copy_t *copy,
 }
 
 /* Adds op to the batch being filled (queued first where it is another
- * device's, or full), which is queued once full */
+ * device's, or full), which is queued once full of ops or of bytes */
 static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
                                       const span_vmm_copy_op_t *op,
                                       const uct_iov_t *iov, size_t iovcnt,
@@ -285,6 +288,7 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
         }
         desc->num_ops    = 0;
         desc->num_pieces = 0;
+        desc->num_bytes  = 0;
         copy->pending    = desc;
     }
     for (i = 0; i < iovcnt; ++i) {
@@ -296,10 +300,12 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
             p->length = iov[i].length;
             remote   += iov[i].length;
         }
+        desc->num_bytes += iov[i].length * iov[i].count;
     }
     desc->ops[desc->num_ops++] = (span_vmm_copy_rec_t){comp, UCS_OK, copies};
     desc->seq                  = ++copy->posted;
-    if (desc->num_ops == copy->batch_ops) {
+    if ((desc->num_ops == copy->batch_ops) ||
+        (desc->num_bytes >= copy->batch_bytes)) {
         span_vmm_copy_submit(copy);
     }
     return UCS_INPROGRESS;

@@ -52,10 +52,11 @@ typedef struct span_vmm_copy_piece {
 
 /* How an engine batches (span_vmm_copy_create) */
 typedef struct span_vmm_copy_params {
-    unsigned batch_ops;  /* the most ops of one batch; below 2: none */
-    size_t   kernel_max; /* the largest piece a vendor's copy kernel takes
-                            (0: none does); larger ones take the copy
-                            engine */
+    unsigned batch_ops;   /* the most ops of one batch; below 2: none */
+    size_t   batch_bytes; /* a batch is queued once it holds this many */
+    size_t   kernel_max;  /* the largest piece a vendor's copy kernel takes
+                             (0: none does); larger ones take the copy
+                             engine */
 } span_vmm_copy_params_t;
 
 typedef struct span_vmm_copy_ops {

@@ -72,6 +72,13 @@ ucs_config_field_t span_md_config_table[] = {
      "alone, as cuda_ipc copies.",
      ucs_offsetof(span_md_config_t, copy_batch), UCS_CONFIG_TYPE_UINT},
 
+    {"COPY_BATCH_SIZE", "inf",
+     "A batch of UCX_SPAN_COPY_BATCH is also queued once its ops hold this\n"
+     "many bytes, so that the device copies the first ones of a long burst\n"
+     "while the process posts the rest. 'inf': only the count bounds it.",
+     ucs_offsetof(span_md_config_t, copy_batch_size),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {"COPY_KERNEL_MAX", "1m",
      "The largest piece of a batch that span's copy kernel moves (on the\n"
      "GPU's SMs, 64 KiB per thread block); larger pieces take the copy\n"

@@ -122,6 +122,9 @@ ucs_status_t span_md_limits(span_md_t *smd, const span_md_config_t *config)
                            UINT64_MAX : config->vmm_widen;
     smd->widen.max_units = span_md_widen_max_units();
     smd->copy_params.batch_ops  = config->copy_batch;
+    smd->copy_params.batch_bytes = (config->copy_batch_size ==
+                                    UCS_MEMUNITS_INF) ?
+                                   SIZE_MAX : config->copy_batch_size;
     smd->copy_params.kernel_max = (config->copy_kernel_max ==
                                    UCS_MEMUNITS_INF) ?
                                   SIZE_MAX : config->copy_kernel_max;

@@ -62,6 +62,7 @@ struct fake_driver {
     std::vector<int>             launch_devices; /* the context of each */
     bool                         fail_load = false, fail_launch = false;
     std::vector<size_t>          launch_pieces; /* of each launch */
+    std::vector<unsigned>        launch_kernels; /* pieces each holds */
     CUcontext                    current = NULL;
     std::vector<CUcontext>       stack;
     std::vector<int>             access_devices;
@@ -216,11 +217,17 @@ CUresult fake_module_load(CUmodule *module, const void *image)
     return CUDA_SUCCESS;
 }
 
+/* A kernel of the module is its context and how many pieces it holds */
 CUresult fake_module_function(CUfunction *func, CUmodule module,
                               const char *name)
 {
-    EXPECT_STREQ(SPAN_CUDA_KERNEL_NAME, name);
-    *func = (CUfunction)module;
+    const size_t prefix = strlen(SPAN_CUDA_KERNEL_NAME);
+    unsigned long pieces;
+
+    EXPECT_EQ(0, strncmp(SPAN_CUDA_KERNEL_NAME, name, prefix)) << name;
+    pieces = strtoul(name + prefix, NULL, 10);
+    EXPECT_LE(pieces, (unsigned long)SPAN_CUDA_KERNEL_PIECES) << name;
+    *func = (CUfunction)(((uintptr_t)module << 12) | pieces);
     return CUDA_SUCCESS;
 }
 
@@ -242,8 +249,16 @@ CUresult fake_launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz,
     if (drv.fail_launch) {
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     }
+    const unsigned pieces = (uintptr_t)func & 0xfff;
+
     EXPECT_EQ((CUstream)drv.current, stream);
-    EXPECT_EQ((CUfunction)drv.current, func);
+    EXPECT_EQ(drv.current, (CUcontext)((uintptr_t)func >> 12));
+    /* the smallest kernel that holds the launch: the driver copies only
+     * its parameters */
+    EXPECT_LE(gx, pieces);
+    EXPECT_TRUE((pieces == SPAN_CUDA_KERNEL_MIN) || (gx > pieces / 4))
+            << gx << " pieces launched by the kernel of " << pieces;
+    drv.launch_kernels.push_back(pieces);
     EXPECT_EQ(args->count, (uint64_t)gx);
     EXPECT_EQ(1u, gy * gz * by * bz);
     EXPECT_EQ((unsigned)SPAN_CUDA_KERNEL_THREADS, bx);
@@ -814,6 +829,43 @@ TEST_F(cuda_copy_batch_bytes, a_batch_goes_once_its_ops_hold_its_bytes)
     }
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 7 * 128));
     EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+}
+
+/* Batches of up to 1024 ops, as by default */
+class cuda_copy_batch_1024 : public cuda_copy_batch {
+protected:
+    cuda_copy_batch_1024()
+    {
+        m_params.batch_ops = 1024;
+    }
+};
+
+TEST_F(cuda_copy_batch_1024, a_launch_takes_the_smallest_kernel_that_holds_it)
+{
+    const std::vector<std::pair<unsigned, unsigned>> cases = {
+            {1, 16}, {16, 16}, {17, 64}, {64, 64}, {65, 256}, {257, 1024},
+            {1024, 1024}};
+    std::vector<counted_comp> c(1025);
+
+    for (const auto &k : cases) {
+        SCOPED_TRACE(k.first);
+        drv.launch_kernels.clear();
+        std::fill(m_remote.begin(), m_remote.end(), 0);
+        for (unsigned i = 0; i <= k.first; ++i) { /* the first goes alone */
+            cuda_copy::init(&c[i]);
+            ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+        }
+        EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, NULL));
+        ASSERT_EQ(1u, drv.launch_kernels.size());
+        EXPECT_EQ(k.second, drv.launch_kernels[0]);
+        fake_run();
+        EXPECT_EQ(k.first + 1, span_vmm_copy_progress(m_copy));
+        for (unsigned i = 0; i <= k.first; ++i) {
+            EXPECT_EQ(1, c[i].calls) << "op " << i;
+        }
+        EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(),
+                            (k.first + 1) * 64));
+    }
 }
 
 TEST_F(cuda_copy_batch, a_flush_queues_the_gathered_ops_and_waits_for_them)

@@ -12,12 +12,13 @@
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
 #include <inttypes.h>
+#include <stdio.h>
 
 typedef struct span_cuda_copy_device {
     CUcontext  ctx;    /* the device's primary context, retained */
     CUstream   stream; /* non-blocking, NULL until first used */
-    CUmodule   module; /* of the copy kernel, loaded on the first batch */
-    CUfunction kernel;
+    CUmodule   module; /* of the copy kernels, loaded on the first batch */
+    CUfunction kernel[SPAN_CUDA_KERNEL_SIZES]; /* of 16, 64... pieces */
 } span_cuda_copy_device_t;
 
 /* The state of an engine */
@@ -287,7 +288,28 @@ static void span_cuda_copy_wait(void *vendor, span_vmm_copy_signal_t *signal)
 }
 
 #if HAVE_CUDA_KERNEL
-/* The copy kernel in the current context, device's, loaded on first use;
+/* The kernels of i = 0, 1... SPAN_CUDA_KERNEL_SIZES - 1 hold 16 << 2i
+ * pieces */
+_Static_assert((SPAN_CUDA_KERNEL_MIN << (2 * (SPAN_CUDA_KERNEL_SIZES - 1))) ==
+               SPAN_CUDA_KERNEL_PIECES, "the largest kernel holds a batch");
+
+/* The copy kernels from the module just loaded */
+static CUresult span_cuda_copy_functions(span_cuda_copy_device_t *dev)
+{
+    CUresult res = CUDA_SUCCESS;
+    char name[sizeof(SPAN_CUDA_KERNEL_NAME) + 8];
+    int i;
+
+    for (i = 0; (i < SPAN_CUDA_KERNEL_SIZES) && (res == CUDA_SUCCESS); ++i) {
+        snprintf(name, sizeof(name), SPAN_CUDA_KERNEL_NAME "%d",
+                 SPAN_CUDA_KERNEL_MIN << (2 * i));
+        res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuModuleGetFunction,
+                                &dev->kernel[i], dev->module, name);
+    }
+    return res;
+}
+
+/* The copy kernels in the current context, device's, loaded on first use;
  * UCS_ERR_UNSUPPORTED where the driver takes none of its images (logged at
  * debug: batches are then off) */
 static ucs_status_t span_cuda_copy_kernel(span_cuda_copy_t *cuda, int device)
@@ -295,15 +317,13 @@ static ucs_status_t span_cuda_copy_kernel(span_cuda_copy_t *cuda, int device)
     span_cuda_copy_device_t *dev = &cuda->dev[device];
     CUresult res;
 
-    if (dev->kernel != NULL) {
+    if (dev->module != NULL) {
         return UCS_OK;
     }
     res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuModuleLoadData, &dev->module,
                             span_cuda_kernel_image);
     if (res == CUDA_SUCCESS) {
-        res = SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuModuleGetFunction,
-                                &dev->kernel, dev->module,
-                                SPAN_CUDA_KERNEL_NAME);
+        res = span_cuda_copy_functions(dev);
         if (res != CUDA_SUCCESS) {
             SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuModuleUnload, dev->module);
         }
@@ -312,26 +332,30 @@ static ucs_status_t span_cuda_copy_kernel(span_cuda_copy_t *cuda, int device)
         ucs_debug("span cuda copy: device %d loads no copy kernel (error "
                   "%d): ops are copied one by one", device, (int)res);
         dev->module      = NULL;
-        dev->kernel      = NULL;
         cuda->kernel_max = 0;
         return UCS_ERR_UNSUPPORTED;
     }
     return UCS_OK;
 }
 
-/* Launches the pieces gathered in cuda->args on device's stream */
+/* Launches the pieces gathered in cuda->args on device's stream, by the
+ * smallest kernel that holds them */
 static ucs_status_t span_cuda_copy_launch(span_cuda_copy_t *cuda, int device)
 {
     span_cuda_copy_device_t *dev = &cuda->dev[device];
     void *params[]               = {&cuda->args};
     unsigned blocks              = (unsigned)cuda->args.count;
+    int i                        = 0;
     CUresult res;
 
     if (blocks == 0) {
         return UCS_OK;
     }
-    /* the driver copies the parameters at the launch */
-    res = SPAN_LIBCUDA_CALL(cuLaunchKernel, dev->kernel, blocks, 1, 1,
+    while (blocks > (unsigned)(SPAN_CUDA_KERNEL_MIN << (2 * i))) {
+        ++i;
+    }
+    /* the driver copies the kernel's parameters at the launch */
+    res = SPAN_LIBCUDA_CALL(cuLaunchKernel, dev->kernel[i], blocks, 1, 1,
                             SPAN_CUDA_KERNEL_THREADS, 1, 1, 0, dev->stream,
                             params, NULL);
     cuda->args.count = 0;

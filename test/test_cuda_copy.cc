@@ -707,6 +707,13 @@ protected:
         c->id    = id;
     }
 
+    /* the ops gathered behind the first are queued by a flush, where a
+     * progress would wait for the device to finish the first */
+    void queue_gathered()
+    {
+        EXPECT_EQ(UCS_INPROGRESS, span_vmm_copy_flush(m_copy, NULL));
+    }
+
     void SetUp() override
     {
         s_order.clear();
@@ -729,7 +736,7 @@ protected:
 
 std::vector<std::pair<int, ucs_status_t>> cuda_copy_batch::s_order;
 
-TEST_F(cuda_copy_batch, ops_after_the_first_go_in_one_launch_at_progress)
+TEST_F(cuda_copy_batch, ops_after_the_first_go_in_one_launch_once_it_ran)
 {
     ordered_comp c[4];
 
@@ -737,16 +744,17 @@ TEST_F(cuda_copy_batch, ops_after_the_first_go_in_one_launch_at_progress)
         init(&c[i], i);
         ASSERT_EQ(UCS_INPROGRESS, put(i * 1000, 100 + i, &c[i].super));
     }
-    /* the first went alone, at once; the others wait for the progress */
+    /* the first went alone, at once; the others wait for the device */
     EXPECT_EQ(1, drv.copies);
     EXPECT_EQ(0, drv.launches);
     EXPECT_EQ(2u, drv.ops.size()); /* its copy and its event */
     EXPECT_EQ(0u, span_vmm_copy_progress(m_copy));
-    ASSERT_EQ(1, drv.launches);
-    EXPECT_EQ(3u, drv.launch_pieces[0]);
+    EXPECT_EQ(0, drv.launches);
     EXPECT_TRUE(s_order.empty());
     fake_run(2); /* the first op's copy and event only */
     EXPECT_EQ(1u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(1, drv.launches);
+    EXPECT_EQ(3u, drv.launch_pieces[0]);
     fake_run();
     EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
     ASSERT_EQ(4u, s_order.size());
@@ -902,7 +910,7 @@ TEST_F(cuda_copy_batch, large_pieces_take_the_copy_engine_small_ones_are_cut)
     ASSERT_EQ(UCS_INPROGRESS, put(4096, 128 * 1024 + 1, &c[1].super));
     /* 100 KiB: two segments of the kernel */
     ASSERT_EQ(UCS_INPROGRESS, put(300 * 1024, 100 * 1024, &c[2].super));
-    span_vmm_copy_progress(m_copy);
+    queue_gathered();
     EXPECT_EQ(2, drv.copies); /* the first op, then the large piece */
     ASSERT_EQ(1, drv.launches);
     EXPECT_EQ(2u, drv.launch_pieces[0]);
@@ -926,7 +934,7 @@ TEST_F(cuda_copy_batch, a_failed_launch_queues_the_ops_one_by_one)
     }
     {
         log_counter log;
-        span_vmm_copy_progress(m_copy);
+        queue_gathered();
         EXPECT_EQ(1u, log_counter::count("cuLaunchKernel("));
     }
     EXPECT_EQ(4, drv.copies);
@@ -951,7 +959,7 @@ TEST_F(cuda_copy_batch, a_refused_piece_fails_only_its_op)
     }
     {
         log_counter log;
-        span_vmm_copy_progress(m_copy);
+        queue_gathered();
     }
     fake_run();
     EXPECT_EQ(4u, span_vmm_copy_progress(m_copy));
@@ -973,7 +981,7 @@ TEST_F(cuda_copy_batch, a_device_that_loads_no_kernel_turns_batches_off)
         init(&c[i], i);
         ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
     }
-    span_vmm_copy_progress(m_copy);
+    queue_gathered();
     EXPECT_EQ(1, drv.loads);
     for (int i = 3; i < 6; ++i) {
         init(&c[i], i);
@@ -1024,30 +1032,29 @@ TEST_F(cuda_copy_batch, another_devices_op_queues_the_batch_first)
  * ops gather while two submissions are queued on the device */
 TEST_F(cuda_copy_batch, ops_posted_between_progresses_gather_while_busy)
 {
-    ordered_comp c[5]; /* fewer than fill two batches of 4 */
+    ordered_comp c[4]; /* the first, and fewer than fill a batch of 4 */
 
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 4; ++i) {
         init(&c[i], i);
         ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
         EXPECT_EQ(0u, span_vmm_copy_progress(m_copy)) << "op " << i;
     }
-    /* the first alone, the second queued by the progress after it, the
-     * others held until the device has room */
+    /* the first alone; the others held while it is on the device, though
+     * a progress ran after each */
     EXPECT_EQ(1, drv.copies);
-    ASSERT_EQ(1, drv.launches);
-    EXPECT_EQ(1u, drv.launch_pieces[0]);
+    EXPECT_EQ(0, drv.launches);
     fake_run();
-    EXPECT_EQ(2u, span_vmm_copy_progress(m_copy));
-    ASSERT_EQ(2, drv.launches);
-    EXPECT_EQ(3u, drv.launch_pieces[1]);
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy)); /* and queues them */
+    ASSERT_EQ(1, drv.launches);
+    EXPECT_EQ(3u, drv.launch_pieces[0]);
     fake_run();
     EXPECT_EQ(3u, span_vmm_copy_progress(m_copy));
-    ASSERT_EQ(5u, s_order.size());
-    for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(4u, s_order.size());
+    for (int i = 0; i < 4; ++i) {
         EXPECT_EQ(i, s_order[i].first);
         EXPECT_EQ(UCS_OK, s_order[i].second);
     }
-    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 5 * 64));
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 4 * 64));
     EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 
@@ -1102,14 +1109,15 @@ TEST_F(cuda_copy_batch, an_allocation_is_asked_again_once_its_ops_completed)
         ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
     }
     EXPECT_EQ(2, drv.device_queries);
-    span_vmm_copy_progress(m_copy);
+    EXPECT_EQ(1, drv.copy_devices.back()); /* the 5th op, alone */
+    fake_run();
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy)); /* and queues the 6th */
     ASSERT_EQ(3u, drv.launch_devices.size());
     EXPECT_EQ(0, drv.launch_devices[1]);
     EXPECT_EQ(1, drv.launch_devices[2]);
-    EXPECT_EQ(1, drv.copy_devices.back()); /* the 5th op, alone */
     EXPECT_EQ(3ull, m_map.devices);
     fake_run();
-    EXPECT_EQ(2u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(1u, span_vmm_copy_progress(m_copy));
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 6 * 64));
 }
 

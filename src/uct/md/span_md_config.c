@@ -65,17 +65,19 @@ ucs_config_field_t span_md_config_table[] = {
      "Device copies span makes itself (VMM memory it exported: PyTorch's\n"
      "expandable segments) that a process posts while earlier ones are\n"
      "queued on the device are gathered and queued together once the\n"
-     "device has room (at a progress), at a flush, or once this many ops\n"
-     "are gathered: many small blocks (KV-cache pages) then cost one kernel\n"
+     "device is idle (at a progress), at a flush, or once this many ops\n"
+     "(or UCX_SPAN_COPY_BATCH_SIZE bytes) are gathered: many small blocks (KV-cache pages) then cost one kernel\n"
      "launch, not one copy engine job each. An op posted while none are\n"
      "queued goes alone, at the latency of one copy. 0 or 1: every op\n"
      "alone, as cuda_ipc copies.",
      ucs_offsetof(span_md_config_t, copy_batch), UCS_CONFIG_TYPE_UINT},
 
-    {"COPY_BATCH_SIZE", "inf",
+    {"COPY_BATCH_SIZE", "16m",
      "A batch of UCX_SPAN_COPY_BATCH is also queued once its ops hold this\n"
      "many bytes, so that the device copies the first ones of a long burst\n"
-     "while the process posts the rest. 'inf': only the count bounds it.",
+     "while the process posts the rest. Each batch costs a kernel launch\n"
+     "(several us of the posting thread): smaller is not faster. 'inf':\n"
+     "only the count bounds a batch.",
      ucs_offsetof(span_md_config_t, copy_batch_size),
      UCS_CONFIG_TYPE_MEMUNITS},
 

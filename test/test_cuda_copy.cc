@@ -707,6 +707,28 @@ protected:
         c->id    = id;
     }
 
+    /* posts ops 0 to n - 1 of length bytes each, one after the other */
+    void post_each(ordered_comp *c, int n, size_t length)
+    {
+        for (int i = 0; i < n; ++i) {
+            init(&c[i], i);
+            ASSERT_EQ(UCS_INPROGRESS, put(i * length, length, &c[i].super))
+                    << "op " << i;
+        }
+    }
+
+    /* the ops of post_each completed in order, each with UCS_OK, and
+     * their bytes arrived */
+    void expect_in_order(int n, size_t length)
+    {
+        ASSERT_EQ((size_t)n, s_order.size());
+        for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(i, s_order[i].first);
+            EXPECT_EQ(UCS_OK, s_order[i].second);
+        }
+        EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), n * length));
+    }
+
     /* the ops gathered behind the first are queued by a flush, where a
      * progress would wait for the device to finish the first */
     void queue_gathered()
@@ -790,19 +812,12 @@ TEST_F(cuda_copy_batch, a_full_batch_goes_without_waiting_for_progress)
 {
     ordered_comp c[9];
 
-    for (int i = 0; i < 9; ++i) {
-        init(&c[i], i);
-        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
-    }
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 9, 64));
     /* 1 alone, then two batches of 4 */
     EXPECT_EQ(2, drv.launches);
     fake_run();
     EXPECT_EQ(9u, span_vmm_copy_progress(m_copy));
-    ASSERT_EQ(9u, s_order.size());
-    for (int i = 0; i < 9; ++i) {
-        EXPECT_EQ(i, s_order[i].first);
-    }
-    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 9 * 64));
+    expect_in_order(9, 64);
 }
 
 /* Batches of at most 4 ops and 256 bytes */
@@ -818,10 +833,7 @@ TEST_F(cuda_copy_batch_bytes, a_batch_goes_once_its_ops_hold_its_bytes)
 {
     ordered_comp c[7];
 
-    for (int i = 0; i < 7; ++i) {
-        init(&c[i], i);
-        ASSERT_EQ(UCS_INPROGRESS, put(i * 128, 128, &c[i].super));
-    }
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 7, 128));
     /* 1 alone, then three batches of 2 ops of 128 bytes, none held */
     EXPECT_EQ(1, drv.copies);
     ASSERT_EQ(3, drv.launches);
@@ -830,12 +842,7 @@ TEST_F(cuda_copy_batch_bytes, a_batch_goes_once_its_ops_hold_its_bytes)
     }
     fake_run();
     EXPECT_EQ(7u, span_vmm_copy_progress(m_copy));
-    ASSERT_EQ(7u, s_order.size());
-    for (int i = 0; i < 7; ++i) {
-        EXPECT_EQ(i, s_order[i].first);
-        EXPECT_EQ(UCS_OK, s_order[i].second);
-    }
-    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 7 * 128));
+    expect_in_order(7, 128);
     EXPECT_FALSE(span_vmm_copy_busy(m_copy));
 }
 

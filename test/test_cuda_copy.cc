@@ -61,6 +61,9 @@ struct fake_driver {
     int                          device_queries = 0, ranges = 0;
     std::vector<int>             launch_devices; /* the context of each */
     bool                         fail_load = false, fail_launch = false;
+    bool                         fail_record = false;
+    int                          host_pieces = 0; /* a kernel read or wrote
+                                                     host memory locally */
     std::vector<size_t>          launch_pieces; /* of each launch */
     std::vector<unsigned>        launch_kernels; /* pieces each holds */
     CUcontext                    current = NULL;
@@ -270,6 +273,12 @@ CUresult fake_launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz,
     op.pieces.assign(args->piece, args->piece + gx);
     for (const auto &p : op.pieces) {
         EXPECT_LE(p.length, (uint64_t)SPAN_CUDA_KERNEL_SEGMENT);
+        /* the local end of a piece is device memory: a kernel that reads
+         * host memory faults on a real device, for the whole context */
+        if ((fake_allocation(p.src) == drv.device_of.end()) &&
+            (fake_allocation(p.dst) == drv.device_of.end())) {
+            ++drv.host_pieces;
+        }
     }
     drv.ops.push_back(op);
     return CUDA_SUCCESS;
@@ -277,6 +286,9 @@ CUresult fake_launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz,
 
 CUresult fake_event_record(CUevent event, CUstream stream)
 {
+    if (drv.fail_record) {
+        return CUDA_ERROR_LAUNCH_FAILED;
+    }
     /* a stream records only the events of its own context */
     if ((CUstream)((fake_event*)event)->ctx != stream) {
         return CUDA_ERROR_INVALID_HANDLE;
@@ -954,6 +966,29 @@ TEST_F(cuda_copy_batch, a_failed_launch_queues_the_ops_one_by_one)
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 4 * 64));
 }
 
+TEST_F(cuda_copy_batch, a_failed_record_after_a_failed_launch_fails_the_ops)
+{
+    ordered_comp c[4];
+
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 4, 64));
+    drv.fail_launch = true;
+    drv.fail_record = true; /* of the batch queued one by one */
+    {
+        log_counter log;
+        queue_gathered();
+    }
+    drv.fail_record = false;
+    fake_run();
+    EXPECT_EQ(4u, span_vmm_copy_progress(m_copy));
+    ASSERT_EQ(4u, s_order.size());
+    EXPECT_EQ(UCS_OK, s_order[0].second);
+    for (int i = 1; i < 4; ++i) {
+        /* as an op alone gets: nothing tells that its copies ran right */
+        EXPECT_EQ(UCS_ERR_IO_ERROR, s_order[i].second) << "op " << i;
+    }
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+}
+
 TEST_F(cuda_copy_batch, a_refused_piece_fails_only_its_op)
 {
     ordered_comp c[4];
@@ -1163,6 +1198,113 @@ TEST_F(cuda_copy_batch, a_device_buffer_whose_allocation_is_unknown_is_routed)
     complete_all();
     EXPECT_EQ(4u, s_order.size());
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 4 * 64));
+}
+
+/* UCP runs the user's callbacks from progress, and they may post: every
+ * op still completes exactly once, the batch being completed whatever the
+ * callbacks post into the descriptors it frees */
+class cuda_copy_chain : public cuda_copy_batch {
+protected:
+    static constexpr int N = 101;
+
+    struct chain_comp {
+        uct_completion_t super;
+        cuda_copy_chain  *test;
+        int              id;
+    };
+
+    static void chain_cb(uct_completion_t *self)
+    {
+        auto *c = ucs_container_of(self, chain_comp, super);
+        c->test->m_calls[c->id]++;
+        if (c->test->m_next < N) {
+            c->test->post(c->test->m_next++);
+        }
+    }
+
+    void post(int id)
+    {
+        m_comp[id] = {{chain_cb, 1, UCS_OK}, this, id};
+        EXPECT_EQ(UCS_INPROGRESS, put(id * 64, 64, &m_comp[id].super))
+                << "op " << id;
+    }
+
+    chain_comp m_comp[N];
+    int        m_calls[N] = {};
+    int        m_next     = 0;
+};
+
+TEST_F(cuda_copy_chain, a_callback_that_posts_loses_no_completion)
+{
+    for (; m_next < 8; ++m_next) {
+        post(m_next);
+    }
+    for (int i = 0; (i < 10 * N) && span_vmm_copy_busy(m_copy); ++i) {
+        fake_run();
+        span_vmm_copy_progress(m_copy);
+    }
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(N, m_next);
+    for (int i = 0; i < N; ++i) {
+        EXPECT_EQ(1, m_calls[i]) << "op " << i;
+    }
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), N * 64));
+}
+
+/* The kernel reads and writes every piece of a batch on the device: an op
+ * with an element in host memory (after one in device memory) goes alone,
+ * copied by the driver, which reaches any memory */
+TEST_F(cuda_copy_batch, an_op_with_a_host_element_goes_alone)
+{
+    std::vector<uint8_t> host(64, 0x5a);
+    ordered_comp c[3];
+
+    init(&c[0], 0);
+    init(&c[1], 1);
+    init(&c[2], 2);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c[0].super)); /* busy */
+    ASSERT_EQ(UCS_INPROGRESS, put(64, 64, &c[1].super)); /* gathered */
+    uct_iov_t iov[2] = {{&m_local[128], 64, NULL, 64, 1},
+                        {host.data(), 64, NULL, 64, 1}};
+    ASSERT_EQ(UCS_INPROGRESS, span_vmm_copy_post(m_copy, &m_map, 1, iov, 2,
+                                                 &m_remote[128],
+                                                 &c[2].super));
+    complete_all();
+    EXPECT_EQ(0, drv.host_pieces);
+    ASSERT_EQ(3u, s_order.size());
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(i, s_order[i].first);
+        EXPECT_EQ(UCS_OK, s_order[i].second);
+    }
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 192));
+    EXPECT_EQ(0, memcmp(host.data(), &m_remote[192], 64));
+}
+
+/* After a fence, nothing posted overtakes what was posted before it: the
+ * gathered ops are queued and the device ran them when the fence returns */
+TEST_F(cuda_copy_batch, a_fence_queues_the_gathered_ops_and_waits_for_them)
+{
+    ordered_comp c[5];
+
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 3, 64));
+    EXPECT_EQ(0, drv.launches);
+    span_vmm_copy_fence(m_copy);
+    EXPECT_EQ(1, drv.launches);
+    EXPECT_TRUE(drv.ops.empty()) << "the fence returned before the copies ran";
+    EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 3 * 64));
+    EXPECT_TRUE(s_order.empty()) << "ops complete from progress only";
+    /* a later op to the same bytes lands after them */
+    std::fill(m_local.begin(), m_local.begin() + 64, 0xee);
+    init(&c[3], 3);
+    ASSERT_EQ(UCS_INPROGRESS, put(0, 64, &c[3].super));
+    complete_all();
+    ASSERT_EQ(4u, s_order.size());
+    EXPECT_EQ(std::vector<uint8_t>(64, 0xee),
+              std::vector<uint8_t>(m_remote.begin(), m_remote.begin() + 64));
+    const int launches = drv.launches;
+    span_vmm_copy_fence(m_copy); /* idle: nothing to queue or wait for */
+    EXPECT_EQ(launches, drv.launches);
+    EXPECT_TRUE(drv.ops.empty());
 }
 
 TEST_F(cuda_copy_batch, destroy_queues_and_completes_the_gathered_ops)

@@ -167,3 +167,47 @@ TEST(span_uct_config, an_inner_key_too_large_to_hold_inline_spills)
     unsetenv("UCX_SPAN_SPILL");
     unsetenv("UCX_STRICT_RKEY_SIZE");
 }
+
+/* A batch holds at most the pieces of the largest copy kernel: a count
+ * past it (what "-1" or "inf" parse to) or a byte bound of 0 fails the
+ * MD's open with a line that names the variable, where it once made every
+ * op posted while copies were queued fail for a descriptor of 515 GB */
+TEST(span_uct_config, copy_batch_bounds_fail_the_open_with_a_clear_line)
+{
+    const std::vector<std::pair<std::string, std::string>> bad = {
+            {"SPAN_COPY_BATCH", "-1"}, {"SPAN_COPY_BATCH", "inf"},
+            {"SPAN_COPY_BATCH", "-5"}, {"SPAN_COPY_BATCH", "1025"},
+            {"SPAN_COPY_BATCH_SIZE", "0"}};
+    uct_component_h comp = find_component("span");
+
+    ASSERT_NE(nullptr, comp);
+    for (const auto &field : bad) {
+        uct_md_config_t *config;
+        uct_md_h md = NULL;
+
+        ASSERT_EQ(UCS_OK, uct_md_config_read(comp, NULL, NULL, &config));
+        ucs_status_t modified = config_modify(config, field.first,
+                                              field.second);
+        if (modified == UCS_OK) {
+            log_counter log;
+            EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                      uct_md_open(comp, "posix+", config, &md))
+                    << field.first << "=" << field.second;
+            EXPECT_EQ(1u, log_counter::count("UCX_" + field.first))
+                    << field.first << "=" << field.second;
+        } else {
+            /* refused by UCX's parser: as clear */
+            EXPECT_EQ(UCS_ERR_INVALID_PARAM, modified) << field.second;
+        }
+        if (md != NULL) {
+            uct_md_close(md);
+        }
+        uct_config_release(config);
+    }
+    uct_md_h md = open_md(comp, "posix+", {{"SPAN_COPY_BATCH", "1024"},
+                                           {"SPAN_COPY_BATCH_SIZE", "1"}});
+    EXPECT_NE(nullptr, md) << "the largest batch and the smallest bound";
+    if (md != NULL) {
+        uct_md_close(md);
+    }
+}

@@ -15,8 +15,10 @@
 
 extern "C" {
 #include "vmm/span_vmm_export.h"
+#include "base/span_memfd.h"
 }
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -394,3 +396,23 @@ TEST_F(vmm_export, memory_that_is_not_a_unit_is_unsupported)
 }
 
 } // namespace
+
+/* A table is read only where its seals say it cannot shrink under the
+ * mapping; seals that cannot be read (fcntl fails: -1 has every bit set)
+ * do not count as sealed */
+TEST(span_memfd, seals_that_cannot_be_read_are_not_seals)
+{
+    int pipefd[2];
+    ASSERT_EQ(0, pipe(pipefd));
+    EXPECT_FALSE(span_memfd_sealed(pipefd[0], F_SEAL_SHRINK));
+    close(pipefd[0]);
+    close(pipefd[1]);
+
+    int fd = memfd_create("span-test-seals", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_GE(fd, 0);
+    EXPECT_FALSE(span_memfd_sealed(fd, F_SEAL_SHRINK));
+    ASSERT_EQ(0, fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK));
+    EXPECT_TRUE(span_memfd_sealed(fd, F_SEAL_SHRINK));
+    EXPECT_FALSE(span_memfd_sealed(fd, F_SEAL_SHRINK | F_SEAL_GROW));
+    close(fd);
+}

@@ -69,3 +69,10 @@ int span_memfd_header_is(const span_memfd_kind_t *kind, int fd, uint64_t id)
     return (pread(fd, header, sizeof(header), 0) == sizeof(header)) &&
            (header[0] == kind->magic) && (header[1] == id);
 }
+
+int span_memfd_sealed(int fd, unsigned seals)
+{
+    int has = fcntl(fd, F_GET_SEALS);
+
+    return (has != -1) && (((unsigned)has & seals) == seals);
+}

@@ -39,6 +39,10 @@ ucs_status_t span_memfd_create(const span_memfd_kind_t *kind, unsigned seals,
 int span_memfd_is(const span_memfd_kind_t *kind, int fd, char *link,
                   size_t size, mode_t *mode_p);
 
+/* Whether fd carries every seal of seals (F_SEAL_*); not where they
+ * cannot be read (not a memfd, or fcntl failed) */
+int span_memfd_sealed(int fd, unsigned seals);
+
 /* Whether fd's header is kind's with id */
 int span_memfd_header_is(const span_memfd_kind_t *kind, int fd, uint64_t id);
 

@@ -243,7 +243,12 @@ static void span_vmm_copy_submit(span_vmm_copy_t *copy)
         }
     }
     if (ops->end(copy->vendor, &op, desc->num_pieces, queued) != UCS_OK) {
-        desc->signaled = 0; /* they ran: the vendor waited for them */
+        /* they ran (the vendor waited for them), but nothing tells that
+         * they did right: as for an op alone */
+        desc->signaled = 0;
+        for (j = 0; j < desc->num_ops; ++j) {
+            desc->ops[j].status = UCS_ERR_IO_ERROR;
+        }
     }
 }
 
@@ -346,6 +351,47 @@ static int span_vmm_copy_local_learn(span_vmm_copy_t *copy,
     return 1;
 }
 
+/* Whether every element of iov lies in device memory the vendor's kernel
+ * reads: in the allocation of the burst (known), or, where that is not
+ * known, the one element of an op of one copy, whose first byte route
+ * found on the device. An element elsewhere (host memory after a device
+ * element) would be read by the kernel: such an op goes alone, copied by
+ * the runtime, which reaches any memory */
+static int span_vmm_copy_local_holds(const span_vmm_copy_t *copy, int known,
+                                     const uct_iov_t *iov, size_t iovcnt,
+                                     size_t copies)
+{
+    uint64_t first, end;
+    size_t i;
+
+    if (!known) {
+        return copies == 1;
+    }
+    for (i = 0; i < iovcnt; ++i) {
+        if ((iov[i].length == 0) || (iov[i].count == 0)) {
+            continue;
+        }
+        first = (uintptr_t)iov[i].buffer - copy->local.start;
+        end   = first + ((uint64_t)(iov[i].count - 1) * iov[i].stride) +
+                iov[i].length;
+        if ((first >= copy->local.length) || (end < first) ||
+            (end > copy->local.length)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The local buffer of the first element that moves bytes: the one route
+ * looks at */
+static const void *span_vmm_copy_first(const uct_iov_t *iov)
+{
+    while ((iov->length == 0) || (iov->count == 0)) {
+        ++iov;
+    }
+    return iov->buffer;
+}
+
 ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 int is_put, const uct_iov_t *iov,
                                 size_t iovcnt, uint8_t *remote,
@@ -355,6 +401,7 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     size_t copies                  = span_vmm_copy_count(iov, iovcnt);
     span_vmm_copy_op_t op          = {.is_put = is_put};
     span_vmm_copy_desc_t *desc;
+    const void *first;
     ucs_status_t status;
     size_t queued;
     int known;
@@ -362,22 +409,25 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     if (copies == 0) {
         return UCS_OK;
     }
-    known = span_vmm_copy_local_known(copy, map, iov[0].buffer, &op);
+    first = span_vmm_copy_first(iov);
+    known = span_vmm_copy_local_known(copy, map, first, &op);
     if (!known) {
-        status = ops->route(copy->vendor, map, iov[0].buffer, remote, &op);
+        status = ops->route(copy->vendor, map, first, remote, &op);
         if (status != UCS_OK) {
             return status;
         }
     }
     if (span_vmm_copy_batches(copy, &op, copies, comp)) {
         /* a burst: learn its allocation here, not for an op alone */
-        known  = known || span_vmm_copy_local_learn(copy, &op, iov[0].buffer);
-        status = span_vmm_copy_add(copy, &op, iov, iovcnt, remote, copies,
-                                   comp);
-        if (known && (status == UCS_INPROGRESS)) {
-            copy->local.seq = copy->posted;
+        known = known || span_vmm_copy_local_learn(copy, &op, first);
+        if (span_vmm_copy_local_holds(copy, known, iov, iovcnt, copies)) {
+            status = span_vmm_copy_add(copy, &op, iov, iovcnt, remote,
+                                       copies, comp);
+            if (known && (status == UCS_INPROGRESS)) {
+                copy->local.seq = copy->posted;
+            }
+            return status;
         }
-        return status;
     }
     if (copy->pending != NULL) {
         span_vmm_copy_submit(copy); /* what was posted before goes first */
@@ -455,10 +505,12 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
         ucs_list_del(&desc->list);
         --copy->in_flight;
         copy->done = desc->seq;
-        ucs_list_add_tail(&copy->pool[desc->batch][desc->device],
-                          &desc->list);
+        /* a callback may post: the descriptor goes back to its pool only
+         * once every op of it completed, or a new op would take it */
         span_vmm_copy_complete(desc, status);
         count += desc->num_ops;
+        ucs_list_add_tail(&copy->pool[desc->batch][desc->device],
+                          &desc->list);
     }
     /* the ops gathered while the device was busy go once it has room */
     if ((copy->pending != NULL) && (copy->in_flight < SPAN_VMM_COPY_DEPTH)) {
@@ -481,8 +533,8 @@ int span_vmm_copy_busy(const span_vmm_copy_t *copy)
     return copy->posted != copy->done;
 }
 
-/* Waits for the device to finish every queued copy and completes the ops */
-static void span_vmm_copy_drain(span_vmm_copy_t *copy)
+/* Queues what was gathered and waits until every queued copy ran */
+static void span_vmm_copy_wait_all(span_vmm_copy_t *copy)
 {
     span_vmm_copy_desc_t *desc;
 
@@ -494,6 +546,12 @@ static void span_vmm_copy_drain(span_vmm_copy_t *copy)
             copy->ops->wait(copy->vendor, &desc->signal);
         }
     }
+}
+
+/* Waits for the device to finish every queued copy and completes the ops */
+static void span_vmm_copy_drain(span_vmm_copy_t *copy)
+{
+    span_vmm_copy_wait_all(copy);
     span_vmm_copy_progress(copy);
 }
 
@@ -524,6 +582,13 @@ ucs_status_t span_vmm_copy_flush(span_vmm_copy_t *copy,
     flush->comp = comp;
     ucs_list_add_tail(&copy->flushes, &flush->list);
     return UCS_INPROGRESS;
+}
+
+void span_vmm_copy_fence(span_vmm_copy_t *copy)
+{
+    if (span_vmm_copy_busy(copy)) {
+        span_vmm_copy_wait_all(copy);
+    }
 }
 
 void span_vmm_copy_destroy(span_vmm_copy_t *copy)

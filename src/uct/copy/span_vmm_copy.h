@@ -57,6 +57,14 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
  * being filled where the device has room; the count of ops completed */
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy);
 
+/* For a fence: queues what was gathered and waits until the device ran
+ * every copy queued (their ops complete at the next progress), so that no
+ * op posted after it, through this engine on any device or through the
+ * inner transport, overtakes them. A kernel's pieces run in any order:
+ * without a fence, ops of one burst to overlapping bytes land in no
+ * order, byte by byte (docs/device-memory.md) */
+void span_vmm_copy_fence(span_vmm_copy_t *copy);
+
 /* Whether copies are queued */
 int span_vmm_copy_busy(const span_vmm_copy_t *copy);
 

@@ -50,6 +50,10 @@ typedef struct span_vmm_copy_piece {
     uint64_t length;
 } span_vmm_copy_piece_t;
 
+/* The most ops of a batch (UCX_SPAN_COPY_BATCH): as many as the largest
+ * copy kernel holds pieces */
+#define SPAN_VMM_COPY_MAX_BATCH 1024
+
 /* How an engine batches (span_vmm_copy_create) */
 typedef struct span_vmm_copy_params {
     unsigned batch_ops;   /* the most ops of one batch; below 2: none */

@@ -667,13 +667,24 @@ static ucs_status_t span_ep_flush(uct_ep_h ep, unsigned flags,
     return siface->ops.ep_flush(ep, flags, comp);
 }
 
+void span_ep_copy_fence(span_iface_t *siface)
+{
+    if (siface->copy != NULL) {
+        span_vmm_copy_fence(siface->copy);
+    }
+}
+
 static ucs_status_t span_ep_fence(uct_ep_h ep, unsigned flags)
 {
     span_iface_t *siface = span_iface_get(ep->iface);
 
-    /* what follows the fence must follow the deferred pieces too */
-    return span_ep_deferred(siface, ep) ? UCS_ERR_NO_RESOURCE :
-                                          siface->ops.ep_fence(ep, flags);
+    /* what follows the fence must follow the deferred pieces too, and
+     * span's own device copies (design §3.9) */
+    if (span_ep_deferred(siface, ep)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    span_ep_copy_fence(siface);
+    return siface->ops.ep_fence(ep, flags);
 }
 
 static void span_ep_destroy(uct_ep_h ep)

@@ -17,6 +17,10 @@ int span_ep_deferred(span_iface_t *siface, uct_ep_h ep);
  * comp (where not NULL) completes once every copy queued before did */
 ucs_status_t span_ep_copy_flush(span_iface_t *siface, uct_completion_t *comp);
 
+/* For a fence: returns once the device ran every VMM copy the iface
+ * queued, so that nothing posted later overtakes them */
+void span_ep_copy_fence(span_iface_t *siface);
+
 /* Replaces, in ops (an inner iface's), the ep ops that the inner transport
  * has by the twin's */
 void span_ep_patch(uct_iface_ops_t *ops);

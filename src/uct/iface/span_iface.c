@@ -63,9 +63,11 @@ static ucs_status_t span_iface_fence(uct_iface_h iface, unsigned flags)
 {
     span_iface_t *siface = span_iface_get(iface);
 
-    return span_ep_deferred(siface, NULL) ? UCS_ERR_NO_RESOURCE :
-                                            siface->ops.iface_fence(iface,
-                                                                    flags);
+    if (span_ep_deferred(siface, NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    span_ep_copy_fence(siface);
+    return siface->ops.iface_fence(iface, flags);
 }
 
 static ucs_status_t span_iface_query_v2(uct_iface_h iface, void *attr)

@@ -69,7 +69,8 @@ ucs_config_field_t span_md_config_table[] = {
      "(or UCX_SPAN_COPY_BATCH_SIZE bytes) are gathered: many small blocks (KV-cache pages) then cost one kernel\n"
      "launch, not one copy engine job each. An op posted while none are\n"
      "queued goes alone, at the latency of one copy. 0 or 1: every op\n"
-     "alone, as cuda_ipc copies.",
+     "alone, as cuda_ipc copies. At most 1024 (the pieces of the largest\n"
+     "copy kernel); more fails the MD's open.",
      ucs_offsetof(span_md_config_t, copy_batch), UCS_CONFIG_TYPE_UINT},
 
     {"COPY_BATCH_SIZE", "16m",
@@ -77,7 +78,7 @@ ucs_config_field_t span_md_config_table[] = {
      "many bytes, so that the device copies the first ones of a long burst\n"
      "while the process posts the rest. Each batch costs a kernel launch\n"
      "(several us of the posting thread): smaller is not faster. 'inf':\n"
-     "only the count bounds a batch.",
+     "only the count bounds a batch; 0 fails the MD's open.",
      ucs_offsetof(span_md_config_t, copy_batch_size),
      UCS_CONFIG_TYPE_MEMUNITS},
 

@@ -118,6 +118,19 @@ ucs_status_t span_md_limits(span_md_t *smd, const span_md_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if (config->copy_batch > SPAN_VMM_COPY_MAX_BATCH) {
+        ucs_error("span md %p: UCX_SPAN_COPY_BATCH=%u is more ops than a batch "
+                  "holds (at most %u, the pieces of the largest copy kernel; "
+                  "0 or 1: no batches)", smd, config->copy_batch,
+                  SPAN_VMM_COPY_MAX_BATCH);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (config->copy_batch_size == 0) {
+        ucs_error("span md %p: UCX_SPAN_COPY_BATCH_SIZE=0 would queue every "
+                  "batch before it holds an op; give a size of at least one "
+                  "byte, or 'inf' for no bound", smd);
+        return UCS_ERR_INVALID_PARAM;
+    }
     smd->widen.max_bytes = (config->vmm_widen == UCS_MEMUNITS_INF) ?
                            UINT64_MAX : config->vmm_widen;
     smd->widen.max_units = span_md_widen_max_units();

@@ -453,7 +453,7 @@ ucs_status_t span_vmm_table_view_open(const span_vmm_key_t *keys,
     }
     /* sealed: the exporter cannot shrink it under the mapping (a read past
      * a memfd's end is SIGBUS) */
-    if (!(fcntl(table, F_GET_SEALS) & F_SEAL_SHRINK) ||
+    if (!span_memfd_sealed(table, F_SEAL_SHRINK) ||
         (fstat(table, &st) != 0) || ((uint64_t)st.st_size < length)) {
         ucs_debug("span vmm export: the export table of process %u is not "
                   "sealed or shorter than %zu bytes", keys[0].pid, length);

@@ -8,7 +8,9 @@
 # odd-offset sub-ranges, chunked with a small UCX_SPAN_MAX_CHUNK, an access
 # out of bounds refused) pass; the UCT and UCP tests pass (a freed and
 # reallocated buffer served fresh: ucp_remap); a build that knows no such
-# release refuses to register (version); ucx_span.enable() in Python makes
+# release refuses to register (version); 8 threads making their first
+# query at once each see span, and span opens no library inside
+# dl_iterate_phdr (threads); ucx_span.enable() in Python makes
 # a UCP context of twins open, called before or after libucx loads UCX
 # (enable.py). One row per release. A release
 # whose wheel is missing fails the leg: it does not skip.
@@ -98,12 +100,12 @@ python_rows() {
     echo "${out%, }"
 }
 
-printf '| UCX | twins listed | cuda_ipc+ (fake driver) | span-check | uct | ucp | version | python enable() |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '| UCX | twins listed | cuda_ipc+ (fake driver) | span-check | uct | ucp | version | 8 threads | python enable() |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
 for v in $releases; do
     prefix=$deps/ucx-$v
     if [ ! -x "$prefix/bin/ucx_info" ]; then
-        printf '| %s | no wheel in %s (contrib/setup/setup.sh) | | | | | | |\n' \
+        printf '| %s | no wheel in %s (contrib/setup/setup.sh) | | | | | | | |\n' \
                "$v" "$prefix"
         failed=1
         continue
@@ -141,9 +143,12 @@ for v in $releases; do
     version=$(run "$v" version \
                   env LD_PRELOAD="${sanitizer:+$sanitizer:}$build/test/mismatch/.libs/libuct_span.so" \
                   ./span_version_test) || failed=1
+    # 8 threads' first queries at once, span registering meanwhile
+    threads=$(run "$v" threads env "$span" \
+                  timeout 60 ./span_loader_test) || failed=1
     python=$(python_rows "$v")
     case $python in *FAILED*) failed=1 ;; esac
-    printf '| %s | %s| %s | %s | %s | %s | %s | %s |\n' "$v" "$twins" \
-           "$cuda" "$check" "$uct" "$ucp" "$version" "$python"
+    printf '| %s | %s| %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$twins" \
+           "$cuda" "$check" "$uct" "$ucp" "$version" "$threads" "$python"
 done
 exit $failed

@@ -17,12 +17,13 @@
  * the process, and only then loads the implementation and hands over.
  */
 #include "span_loader.h"
+#include "ucx/span_dl_loaded.h"
 
 #include <uct/api/uct.h>
 
 #include <dlfcn.h>
-#include <link.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,24 +84,27 @@ static int span_loader_in_dir(const span_loader_ucx_t *ucx, const char *path,
            span_loader_dir_of(path, dir) && (strcmp(dir, ucx->dir) == 0);
 }
 
-/* Makes each UCX library of libucs's directory global; keeps libuct */
-static int span_loader_promote_cb(struct dl_phdr_info *info, size_t size,
-                                  void *arg)
+/* Makes each UCX library of libucs's directory global; keeps libuct.
+ * Opened after the iteration that lists them (span_dl_loaded.h) */
+static void span_loader_promote(span_loader_ucx_t *ucx)
 {
-    span_loader_ucx_t *ucx = arg;
+    char **names = span_dl_loaded(), **name;
     void *dl;
 
-    if ((info->dlpi_name == NULL) ||
-        !span_loader_in_dir(ucx, info->dlpi_name, "libuc")) {
-        return 0;
+    if (names == NULL) {
+        return;
     }
-
-    dl = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_GLOBAL);
-    if ((dl != NULL) && (ucx->libuct == NULL) &&
-        span_loader_in_dir(ucx, info->dlpi_name, "libuct")) {
-        ucx->libuct = dl; /* the handle keeps it global */
+    for (name = names; *name != NULL; ++name) {
+        if (!span_loader_in_dir(ucx, *name, "libuc")) {
+            continue;
+        }
+        dl = dlopen(*name, RTLD_LAZY | RTLD_NOLOAD | RTLD_GLOBAL);
+        if ((dl != NULL) && (ucx->libuct == NULL) &&
+            span_loader_in_dir(ucx, *name, "libuct")) {
+            ucx->libuct = dl; /* the handle keeps it global */
+        }
     }
-    return 0;
+    free(names);
 }
 
 static int span_loader_find_ucx(span_loader_ucx_t *ucx, const void *caller)
@@ -140,61 +144,103 @@ static void span_loader_impl_path(char *path, size_t max)
     }
 }
 
-/* Registers span with the UCX installation whose library holds addr, once
- * per process, whichever way in comes first */
-static ucs_status_t span_loader_register(const void *addr)
+typedef ucs_status_t (*span_loader_query_func_t)(uct_component_h **components_p,
+                                                 unsigned *count_p);
+typedef void (*span_loader_release_func_t)(uct_component_h *components);
+
+/* A UCX's uct_query_components and uct_release_component_list */
+typedef struct span_loader_uct {
+    span_loader_query_func_t   query;
+    span_loader_release_func_t release;
+} span_loader_uct_t;
+
+/* UCX 1.21 and older register their own components as their first query
+ * loads their modules: a query first, so that span registers after them,
+ * never beside them (the list is not locked). Not for 1.22 and later,
+ * which load span itself as one of those modules: the thread loading them
+ * would wait for span's lock while this one waited for it */
+static void span_loader_settle(const span_loader_ucx_t *ucx,
+                               const span_loader_uct_t *uct)
 {
-    static int state; /* 0: not tried, 1: being tried, 2: tried */
-    static ucs_status_t result;
+    uct_component_h *components;
+    unsigned count;
+
+    if ((uct == NULL) || (uct->release == NULL) ||
+        (dlsym(ucx->libuct, SPAN_LOADER_MODULES_SYMBOL) != NULL) ||
+        (uct->query(&components, &count) != UCS_OK)) {
+        return;
+    }
+    uct->release(components);
+}
+
+/* Registers span with the UCX installation whose library holds addr */
+static ucs_status_t span_loader_register_now(const void *addr,
+                                             const span_loader_uct_t *uct)
+{
     span_loader_ucx_t ucx = {};
     span_impl_init_func_t init;
-    ucs_status_t status;
     char path[PATH_MAX];
-    int expected = 0;
     void *impl;
 
-    if (!__atomic_compare_exchange_n(&state, &expected, 1, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        /* another way in was taken: its result, or OK while it is taken */
-        return (expected == 2) ? result : UCS_OK;
-    }
-
-    status = UCS_ERR_UNSUPPORTED;
     if (!span_loader_find_ucx(&ucx, addr)) {
         fprintf(stderr, "span loader: cannot tell which UCX loads "
                 "libuct_span; it does not register\n");
-        goto out;
+        return UCS_ERR_UNSUPPORTED;
     }
 
-    dl_iterate_phdr(span_loader_promote_cb, &ucx);
+    span_loader_promote(&ucx);
     if ((ucx.libuct == NULL) ||
         (dlsym(RTLD_DEFAULT, "uct_md_open") != dlsym(ucx.libuct,
                                                      "uct_md_open"))) {
         span_loader_warn(&ucx, "span loader: no libuct in %s, or another "
                          "UCX's libuct comes first in the process's global "
                          "scope; libuct_span does not register", ucx.dir);
-        goto out;
+        return UCS_ERR_UNSUPPORTED;
     }
 
+    span_loader_settle(&ucx, uct);
     span_loader_impl_path(path, sizeof(path));
     impl = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
     if (impl == NULL) {
         span_loader_warn(&ucx, "span loader: cannot load %s: %s; libuct_span "
                          "does not register", path, dlerror());
-        goto out;
+        return UCS_ERR_UNSUPPORTED;
     }
 
     init = (span_impl_init_func_t)dlsym(impl, SPAN_IMPL_INIT);
     if ((init == NULL) || (init() != UCS_OK)) {
         /* the implementation said why */
         dlclose(impl);
-        goto out;
+        return UCS_ERR_UNSUPPORTED;
     }
     /* registered: the implementation stays loaded for the process */
-    status = UCS_OK;
-out:
-    result = status;
-    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+    return UCS_OK;
+}
+
+/* Registers span once per process, whichever way in comes first (uct: the
+ * caller's query, where it has one). A thread that comes while another
+ * registers waits for it and gets its result: it must see span. The
+ * thread that registers may come again from inside (UCX's calls of the
+ * implementation's init): it goes on, as registering is under way. */
+static ucs_status_t span_loader_register(const void *addr,
+                                         const span_loader_uct_t *uct)
+{
+    static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    static int state; /* 0: not tried, 1: being tried, 2: tried */
+    static ucs_status_t result;
+    ucs_status_t status;
+
+    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2) {
+        return result;
+    }
+    pthread_mutex_lock(&lock);
+    if (state == 0) {
+        state  = 1;
+        result = span_loader_register_now(addr, uct);
+        __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+    }
+    status = (state == 2) ? result : UCS_OK;
+    pthread_mutex_unlock(&lock);
     return status;
 }
 
@@ -206,52 +252,54 @@ out:
 __attribute__((visibility("protected"), noinline)) ucs_status_t
 ucs_module_global_init(void)
 {
-    return span_loader_register(__builtin_return_address(0));
+    return span_loader_register(__builtin_return_address(0), NULL);
 }
 
-typedef ucs_status_t (*span_loader_query_func_t)(uct_component_h **components_p,
-                                                 unsigned *count_p);
-
-/* A libuct loaded from the directory of find->dir: its query function */
-typedef struct {
-    char                     dir[PATH_MAX];
-    span_loader_query_func_t query;
-} span_loader_find_uct_t;
-
-static int span_loader_find_uct_cb(struct dl_phdr_info *info, size_t size,
-                                   void *arg)
+/* The query and release calls of a libuct loaded from dir, where there
+ * is one */
+static int span_loader_find_uct(const char *dir, span_loader_uct_t *uct)
 {
-    span_loader_find_uct_t *find = arg;
+    char **names = span_dl_loaded(), **name;
     span_loader_ucx_t ucx;
     void *dl;
 
-    memcpy(ucx.dir, find->dir, sizeof(ucx.dir));
-    if ((info->dlpi_name == NULL) ||
-        !span_loader_in_dir(&ucx, info->dlpi_name, "libuct") ||
-        ((dl = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+    if (names == NULL) {
         return 0;
     }
-    find->query = (span_loader_query_func_t)dlsym(dl, "uct_query_components");
-    dlclose(dl);
-    return find->query != NULL;
+    memcpy(ucx.dir, dir, sizeof(ucx.dir));
+    for (name = names; (*name != NULL) && (uct->query == NULL); ++name) {
+        if (!span_loader_in_dir(&ucx, *name, "libuct") ||
+            ((dl = dlopen(*name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+            continue;
+        }
+        uct->query   = (span_loader_query_func_t)dlsym(dl,
+                                                       "uct_query_components");
+        uct->release = (span_loader_release_func_t)dlsym(
+                dl, "uct_release_component_list");
+        dlclose(dl);
+    }
+    free(names);
+    return uct->query != NULL;
 }
 
 /* uct_query_components of the UCX the caller belongs to (its libucp, or
  * a program's own call: the next definition after this one) */
-static span_loader_query_func_t span_loader_query_of(const void *caller)
+static void span_loader_uct_of(const void *caller, span_loader_uct_t *uct)
 {
-    span_loader_find_uct_t find = {};
+    char dir[PATH_MAX];
     Dl_info info;
 
+    *uct = (span_loader_uct_t){};
     if (dladdr(caller, &info) && (info.dli_fname != NULL) &&
-        span_loader_dir_of(info.dli_fname, find.dir)) {
-        dl_iterate_phdr(span_loader_find_uct_cb, &find);
+        span_loader_dir_of(info.dli_fname, dir)) {
+        span_loader_find_uct(dir, uct);
     }
-    if ((find.query == NULL) || (find.query == uct_query_components)) {
-        find.query = (span_loader_query_func_t)dlsym(RTLD_NEXT,
-                                                     "uct_query_components");
+    if ((uct->query == NULL) || (uct->query == uct_query_components)) {
+        uct->query   = (span_loader_query_func_t)dlsym(RTLD_NEXT,
+                                                       "uct_query_components");
+        uct->release = (span_loader_release_func_t)dlsym(
+                RTLD_NEXT, "uct_release_component_list");
     }
-    return find.query;
 }
 
 /*
@@ -264,14 +312,14 @@ static span_loader_query_func_t span_loader_query_of(const void *caller)
 __attribute__((visibility("default"), noinline)) ucs_status_t
 uct_query_components(uct_component_h **components_p, unsigned *count_p)
 {
-    span_loader_query_func_t query =
-            span_loader_query_of(__builtin_return_address(0));
+    span_loader_uct_t uct;
 
-    if (query == NULL) {
+    span_loader_uct_of(__builtin_return_address(0), &uct);
+    if (uct.query == NULL) {
         return UCS_ERR_NO_DEVICE; /* no UCX here, only span */
     }
-    span_loader_register((const void*)query);
-    return query(components_p, count_p);
+    span_loader_register((const void*)uct.query, &uct);
+    return uct.query(components_p, count_p);
 }
 
 /* uct_query_components of the UCX in the process's global scope, other
@@ -304,7 +352,8 @@ static void __attribute__((constructor)) span_loader_loaded(void)
     modules = dlsym(libuct, SPAN_LOADER_MODULES_SYMBOL) != NULL;
     dlclose(libuct);
     if (!modules) {
-        span_loader_register(query);
+        /* inside dlopen: no query of UCX's, which may load its modules */
+        span_loader_register(query, NULL);
     }
 }
 
@@ -319,25 +368,31 @@ static int span_loader_is_libuct(const char *path)
            ((name[6] == '.') || (name[6] == '-'));
 }
 
-typedef struct {
-    void     *query;  /* uct_query_components of the one found */
-    unsigned count;   /* libucts loaded */
-} span_loader_local_t;
-
-static int span_loader_local_cb(struct dl_phdr_info *info, size_t size,
-                                void *arg)
+/* The query and release calls of the only libuct loaded, and how many
+ * libucts are */
+static unsigned span_loader_local(span_loader_uct_t *uct)
 {
-    span_loader_local_t *local = arg;
+    char **names = span_dl_loaded(), **name;
+    unsigned count = 0;
     void *dl;
 
-    if ((info->dlpi_name == NULL) || !span_loader_is_libuct(info->dlpi_name) ||
-        ((dl = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+    if (names == NULL) {
         return 0;
     }
-    local->query = dlsym(dl, "uct_query_components");
-    local->count += (local->query != NULL);
-    dlclose(dl);
-    return 0;
+    for (name = names; *name != NULL; ++name) {
+        if (!span_loader_is_libuct(*name) ||
+            ((dl = dlopen(*name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+            continue;
+        }
+        uct->query   = (span_loader_query_func_t)dlsym(dl,
+                                                       "uct_query_components");
+        uct->release = (span_loader_release_func_t)dlsym(
+                dl, "uct_release_component_list");
+        count       += (uct->query != NULL);
+        dlclose(dl);
+    }
+    free(names);
+    return count;
 }
 
 /*
@@ -351,15 +406,14 @@ static int span_loader_local_cb(struct dl_phdr_info *info, size_t size,
  */
 __attribute__((visibility("default"))) ucs_status_t span_loader_enable(void)
 {
-    span_loader_local_t local = {};
-    void *query               = span_loader_global_query();
+    span_loader_uct_t uct = {};
 
-    if (query == NULL) {
-        dl_iterate_phdr(span_loader_local_cb, &local);
-        if (local.count != 1) {
-            return UCS_ERR_NO_DEVICE;
-        }
-        query = local.query;
+    uct.query = (span_loader_query_func_t)span_loader_global_query();
+    if (uct.query != NULL) {
+        uct.release = (span_loader_release_func_t)dlsym(
+                RTLD_DEFAULT, "uct_release_component_list");
+    } else if (span_loader_local(&uct) != 1) {
+        return UCS_ERR_NO_DEVICE;
     }
-    return span_loader_register(query);
+    return span_loader_register((const void*)uct.query, &uct);
 }

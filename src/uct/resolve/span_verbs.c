@@ -7,6 +7,7 @@
 #endif
 
 #include "span_verbs.h"
+#include "ucx/span_dl_loaded.h"
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
@@ -86,7 +87,7 @@ uint64_t span_verbs_md_max_reg(const span_verbs_ops_t *ops,
 #if HAVE_INFINIBAND_VERBS_H
 #include <infiniband/verbs.h>
 #include <dlfcn.h>
-#include <link.h>
+#include <stdlib.h>
 #include <pthread.h>
 
 static typeof(ibv_query_device) *span_verbs_query_device;
@@ -107,19 +108,30 @@ static int span_verbs_query_max_mr_size(struct ibv_context *context,
     return ret;
 }
 
-static int span_verbs_find_loaded(struct dl_phdr_info *info, size_t size,
-                                  void *arg)
+/* The libibverbs the process loaded, by path, opened after the iteration
+ * that lists the loaded objects (span_dl_loaded.h); NULL where none */
+static void *span_verbs_find_loaded(void)
 {
-    const char *base = strrchr(info->dlpi_name, '/');
+    char **names = span_dl_loaded(), **name;
+    const char *base;
+    void *lib = NULL;
 
-    base = (base != NULL) ? base + 1 : info->dlpi_name;
-    if (strncmp(base, "libibverbs", 10)) {
-        return 0;
+    if (names == NULL) {
+        return NULL;
     }
-    *(void**)arg = dlopen(info->dlpi_name,
-                          RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    ucs_debug("span verbs: using %s, loaded by the process", info->dlpi_name);
-    return *(void**)arg != NULL;
+    for (name = names; (*name != NULL) && (lib == NULL); ++name) {
+        base = strrchr(*name, '/');
+        base = (base != NULL) ? base + 1 : *name;
+        if (strncmp(base, "libibverbs", 10)) {
+            continue;
+        }
+        lib = dlopen(*name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+        if (lib != NULL) {
+            ucs_debug("span verbs: using %s, loaded by the process", *name);
+        }
+    }
+    free(names);
+    return lib;
 }
 
 /* The libibverbs the ib module already runs on (a wheel's is renamed, as
@@ -128,9 +140,8 @@ static int span_verbs_find_loaded(struct dl_phdr_info *info, size_t size,
 static void span_verbs_load(void)
 {
     span_verbs_ops_t *ops = &span_verbs_library_ops;
-    void *lib             = NULL;
+    void *lib             = span_verbs_find_loaded();
 
-    dl_iterate_phdr(span_verbs_find_loaded, &lib);
     if (lib == NULL) {
         lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     }

@@ -13,10 +13,11 @@
 #include "span_ucx_1_19.h"
 #include "span_ucx_1_22.h"
 #include "span_ucx_1_23.h"
+#include "span_dl_loaded.h"
 
 #include <ucs/debug/log_def.h>
 #include <dlfcn.h>
-#include <link.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -129,12 +130,6 @@ ucs_debug_asan_validate_address(const char *ptr_name, void *address,
 
 typedef void (*span_ucx_get_version_func_t)(unsigned*, unsigned*, unsigned*);
 
-typedef struct span_ucx_find_ucp {
-    const char                  *dir;     /* libuct's directory */
-    size_t                      dir_len;
-    span_ucx_get_version_func_t get_version;
-} span_ucx_find_ucp_t;
-
 static size_t span_ucx_dir_len(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -142,29 +137,33 @@ static size_t span_ucx_dir_len(const char *path)
     return (slash == NULL) ? 0 : (size_t)(slash - path);
 }
 
-/* A libucp loaded from libuct's directory: the same installation, whatever
- * its file is called (auditwheel renames it) */
-static int span_ucx_find_ucp_cb(struct dl_phdr_info *info, size_t size,
-                                void *arg)
+/* ucp_get_version of a libucp loaded from the directory of libuct (its
+ * path): the same installation, whatever its file is called (auditwheel
+ * renames it); NULL where none is loaded. Opened after the iteration that
+ * lists the loaded objects (span_dl_loaded.h) */
+static span_ucx_get_version_func_t span_ucx_find_ucp(const char *libuct)
 {
-    span_ucx_find_ucp_t *find = arg;
-    const char *name          = info->dlpi_name;
+    size_t dir_len                          = span_ucx_dir_len(libuct);
+    span_ucx_get_version_func_t get_version = NULL;
+    char **names = span_dl_loaded(), **name;
     void *dl;
 
-    if ((name == NULL) || (span_ucx_dir_len(name) != find->dir_len) ||
-        strncmp(name, find->dir, find->dir_len) ||
-        strncmp(name + find->dir_len, "/libucp", 7)) {
-        return 0;
+    if (names == NULL) {
+        return NULL;
     }
-
-    dl = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
-    if (dl == NULL) {
-        return 0;
+    for (name = names; (*name != NULL) && (get_version == NULL); ++name) {
+        if ((span_ucx_dir_len(*name) != dir_len) ||
+            strncmp(*name, libuct, dir_len) ||
+            strncmp(*name + dir_len, "/libucp", 7) ||
+            ((dl = dlopen(*name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
+            continue;
+        }
+        get_version = (span_ucx_get_version_func_t)dlsym(dl,
+                                                         "ucp_get_version");
+        dlclose(dl);
     }
-    find->get_version = (span_ucx_get_version_func_t)dlsym(dl,
-                                                           "ucp_get_version");
-    dlclose(dl);
-    return find->get_version != NULL;
+    free(names);
+    return get_version;
 }
 
 static int span_ucx_has(void *libuct, const char *symbol)
@@ -228,7 +227,7 @@ static ucs_status_t span_ucx_select_by_symbols(void *libuct,
 
 ucs_status_t span_ucx_select(void)
 {
-    span_ucx_find_ucp_t find = {};
+    span_ucx_get_version_func_t get_version;
     const span_ucx_layout_t *layout;
     unsigned major, minor, release;
     char supported[64];
@@ -244,15 +243,13 @@ ucs_status_t span_ucx_select(void)
         return UCS_ERR_UNSUPPORTED;
     }
 
-    find.dir     = info.dli_fname;
-    find.dir_len = span_ucx_dir_len(info.dli_fname);
-    dl_iterate_phdr(span_ucx_find_ucp_cb, &find);
-    if (find.get_version == NULL) {
+    get_version = span_ucx_find_ucp(info.dli_fname);
+    if (get_version == NULL) {
         status = span_ucx_select_by_symbols(libuct, supported, info.dli_fname);
         goto out;
     }
 
-    find.get_version(&major, &minor, &release);
+    get_version(&major, &minor, &release);
     layout = span_ucx_layout_find(major, minor);
     if (layout == NULL) {
         ucs_warn("span ucx: libuct_span supports UCX %s but is loaded into UCX "

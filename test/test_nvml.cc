@@ -55,8 +55,14 @@ int fake_state(void *device, unsigned link, int *active)
 
 const char *fake_error(int) { return "scripted"; }
 
+int fake_count(unsigned *count)
+{
+    *count = fake.links; /* any number the test can tell apart */
+    return (fake.failures > fake.calls) ? 999 : 0;
+}
+
 const span_nvml_ops_t ops = {fake_init, fake_device, fake_fields, fake_state,
-                             fake_error};
+                             fake_error, fake_count};
 
 /* the count, or ~0u where the probe gave up */
 unsigned links_of(fake_nvml f)
@@ -81,6 +87,25 @@ TEST(span_nvml, counts_the_active_links_of_gpu_0)
     /* a count past what NVML has links for reads no more of them */
     EXPECT_EQ(18u, links_of({200, 200, 0, 0, false}));
     EXPECT_EQ(~0u, links_of({18, 18, 0, 0, true})) << "not a count";
+}
+
+/* the node's GPUs, or 0 where NVML cannot count them (then get zero-copy
+ * is not offered on that ground) */
+TEST(span_nvml, counts_the_gpus_of_the_node)
+{
+    unsigned gpus = 12345;
+
+    fake = {1, 0, 0, 0, false};
+    span_nvml_gpus_of(&ops, &gpus);
+    EXPECT_EQ(1u, gpus);
+    fake = {1, 0, 1, 0, false};
+    span_nvml_gpus_of(&ops, &gpus);
+    EXPECT_EQ(0u, gpus) << "a failed count is no count";
+    span_nvml_ops_t old = ops;
+    old.device_count    = NULL; /* an NVML without nvmlDeviceGetCount_v2 */
+    gpus                = 12345;
+    span_nvml_gpus_of(&old, &gpus);
+    EXPECT_EQ(0u, gpus);
 }
 
 TEST(span_nvml, calls_that_fail_for_a_while_are_tried_again)
@@ -136,6 +161,23 @@ TEST_F(span_nvml_process, a_failed_probe_is_made_again_and_an_answer_kept)
     EXPECT_EQ(11, asked());
     EXPECT_EQ(18u, span_nvml_nvlinks()) << "and its answer is kept";
     EXPECT_EQ(11, asked()) << "NVML asked again after it answered";
+}
+
+/* cuda_ipc+ offers get zero-copy where GPU 0 has an active NVLink or the
+ * node has one GPU (ctest nvml_one_gpu, nvml_pcie: no NVLink, 1 or 2 GPUs),
+ * the ground of its answer NVML's, kept */
+TEST_F(span_nvml_process, get_zcopy_where_nvlink_or_one_gpu)
+{
+    const char *links = getenv("SPAN_FAKE_NVML_LINKS");
+    const char *gpus  = getenv("SPAN_FAKE_NVML_GPUS");
+    bool expected     = ((links == NULL) || (atoi(links) > 0)) ||
+                        ((gpus != NULL) && (atoi(gpus) == 1));
+
+    EXPECT_EQ(expected, span_nvml_get_zcopy() != 0)
+            << "links " << (links ? links : "18") << ", GPUs "
+            << (gpus ? gpus : "8");
+    EXPECT_EQ(expected, span_nvml_get_zcopy() != 0);
+    EXPECT_EQ(1, asked()) << "NVML asked again after it answered";
 }
 
 /* NVML that never answers (ctest nvml_give_up): each failed probe costs an

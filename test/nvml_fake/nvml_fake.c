@@ -2,7 +2,8 @@
 /*
  * A scripted NVML for the tests of span's NVLink probe (test_nvml.cc, which
  * ctest runs as nvml_probe and nvml_fork with this library first on
- * LD_LIBRARY_PATH): GPU 0 has 18 NVLinks, all active, and the first
+ * LD_LIBRARY_PATH): GPU 0 has 18 NVLinks (SPAN_FAKE_NVML_LINKS), all
+ * active, the node 8 GPUs (SPAN_FAKE_NVML_GPUS), and the first
  * SPAN_FAKE_NVML_FAILURES asks for its handle fail, each taking
  * SPAN_FAKE_NVML_DELAY_US. Only the calls span makes, with NVML's ABI,
  * and those UCX's cuda module needs to load, unsupported (the releases
@@ -53,6 +54,13 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **device)
     return 0;
 }
 
+/* GPU 0's NVLinks: SPAN_FAKE_NVML_LINKS where set */
+static unsigned fake_links(void)
+{
+    return (getenv("SPAN_FAKE_NVML_LINKS") != NULL) ?
+           (unsigned)fake_env("SPAN_FAKE_NVML_LINKS") : FAKE_NVML_LINKS;
+}
+
 int nvmlDeviceGetFieldValues(void *device, int count,
                              span_nvml_field_value_t *values)
 {
@@ -61,7 +69,7 @@ int nvmlDeviceGetFieldValues(void *device, int count,
     for (i = 0; i < count; ++i) {
         values[i].nvml_return = 0;
         values[i].value_type  = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
-        values[i].value.ui    = FAKE_NVML_LINKS;
+        values[i].value.ui    = fake_links();
     }
     return 0;
 }
@@ -69,7 +77,15 @@ int nvmlDeviceGetFieldValues(void *device, int count,
 int nvmlDeviceGetNvLinkState(void *device, unsigned link, int *state)
 {
     *state = 1; /* NVML_FEATURE_ENABLED */
-    return (link < FAKE_NVML_LINKS) ? 0 : FAKE_NVML_ERROR_UNKNOWN;
+    return (link < fake_links()) ? 0 : FAKE_NVML_ERROR_UNKNOWN;
+}
+
+/* The node's GPUs: SPAN_FAKE_NVML_GPUS, else 8 */
+int nvmlDeviceGetCount_v2(unsigned *count)
+{
+    *count = (getenv("SPAN_FAKE_NVML_GPUS") != NULL) ?
+             (unsigned)fake_env("SPAN_FAKE_NVML_GPUS") : 8;
+    return 0;
 }
 
 #define FAKE_NVML_ERROR_NOT_SUPPORTED 3

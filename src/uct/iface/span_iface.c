@@ -194,26 +194,24 @@ static void span_iface_close(uct_iface_h iface)
  * cuda_ipc turns get zero-copy off where its NVLink probe finds no link,
  * and that probe answers at random in UCX 1.22 and 1.23 (span_nvml.c). The
  * twin takes NVML's own answer, kept for the process once NVML gave one,
- * and offers get zero-copy as far as cuda_ipc offers put zero-copy.
+ * and offers get zero-copy as far as cuda_ipc offers put zero-copy: where
+ * GPU 0 has an active NVLink, or where the node has one GPU, so that every
+ * peer's buffer is on the copying device. Without it UCP emulates gets
+ * over active messages at under 1 GB/s, and the target's UCP reads the
+ * address itself, unchecked: one byte past a registration killed the
+ * target (docs/bounds.md).
  */
 static size_t span_iface_get_max_zcopy(const char *inner_tl,
                                        const uct_iface_attr_t *attr)
 {
-    unsigned links;
-
     if ((strcmp(inner_tl, "cuda_ipc") != 0) ||
         !(attr->cap.flags & UCT_IFACE_FLAG_GET_ZCOPY) ||
-        (attr->cap.get.max_zcopy != 0)) {
+        (attr->cap.get.max_zcopy != 0) || !span_nvml_get_zcopy()) {
         return 0;
     }
 
-    links = span_nvml_nvlinks();
-    if (links == 0) {
-        return 0;
-    }
-
-    ucs_debug("span iface '%s': get zero-copy on: GPU 0 has %u active NVLinks "
-              "(the transport's own probe found none)", inner_tl, links);
+    ucs_debug("span iface '%s': get zero-copy on, where the transport's own "
+              "probe found no NVLink (span_nvml.h says why)", inner_tl);
     return attr->cap.put.max_zcopy;
 }
 

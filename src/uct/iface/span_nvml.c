@@ -54,6 +54,7 @@ static pthread_mutex_t span_nvml_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned        span_nvml_probes; /* made so far, failed */
 static int             span_nvml_known;
 static unsigned        span_nvml_links;
+static unsigned        span_nvml_gpus; /* 0: NVML did not tell */
 
 /* a child forked during a probe must not inherit the lock held */
 static const span_fork_handlers_t span_nvml_fork = {.lock = &span_nvml_lock};
@@ -70,6 +71,7 @@ static int span_nvml_load(void *lib, span_nvml_ops_t *nvml)
     nvml->field_values    = dlsym(lib, "nvmlDeviceGetFieldValues");
     nvml->link_state      = dlsym(lib, "nvmlDeviceGetNvLinkState");
     nvml->error_string    = dlsym(lib, "nvmlErrorString");
+    nvml->device_count    = dlsym(lib, "nvmlDeviceGetCount_v2");
     return (nvml->init != NULL) && (nvml->device_by_index != NULL) &&
            (nvml->field_values != NULL) && (nvml->link_state != NULL) &&
            (nvml->error_string != NULL);
@@ -119,9 +121,25 @@ static ucs_status_t span_nvml_count(const span_nvml_ops_t *nvml,
     return UCS_OK;
 }
 
-/* UCS_OK with the count in *links_p where NVML answered or is absent (0
- * links); an error where its calls failed every try */
-static ucs_status_t span_nvml_probe(unsigned *links_p)
+void span_nvml_gpus_of(const span_nvml_ops_t *nvml, unsigned *gpus_p)
+{
+    int res;
+
+    *gpus_p = 0;
+    if (nvml->device_count == NULL) {
+        return;
+    }
+    res = nvml->device_count(gpus_p);
+    if (res != SPAN_NVML_SUCCESS) {
+        ucs_debug("span nvml: no count of GPUs: %s", nvml->error_string(res));
+        *gpus_p = 0;
+    }
+}
+
+/* UCS_OK with the count in *links_p and the node's GPUs in *gpus_p where
+ * NVML answered or is absent (0 links, 0 GPUs); an error where its calls
+ * failed every try */
+static ucs_status_t span_nvml_probe(unsigned *links_p, unsigned *gpus_p)
 {
     /* never unloaded: NVML keeps threads and exit handlers of its own */
     void *lib = dlopen("libnvidia-ml.so.1",
@@ -132,6 +150,7 @@ static ucs_status_t span_nvml_probe(unsigned *links_p)
     int res;
 
     *links_p = 0;
+    *gpus_p  = 0;
     if (lib == NULL) {
         ucs_debug("span nvml: no NVML: %s", dlerror());
         return UCS_OK;
@@ -148,6 +167,9 @@ static ucs_status_t span_nvml_probe(unsigned *links_p)
         return UCS_ERR_IO_ERROR;
     }
     status = span_nvml_links_of(&nvml, links_p);
+    if (status == UCS_OK) {
+        span_nvml_gpus_of(&nvml, gpus_p);
+    }
     /* NVML counts its inits: this leaves UCX's own as it was, and the
      * process without the descriptors NVML holds while initialised */
     shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
@@ -173,17 +195,38 @@ ucs_status_t span_nvml_links_of(const span_nvml_ops_t *nvml,
     return UCS_OK;
 }
 
-unsigned span_nvml_nvlinks(void)
+/* NVML's answer, probed where none is kept yet */
+static void span_nvml_node(unsigned *links_p, unsigned *gpus_p)
 {
-    unsigned links;
-
     pthread_mutex_lock(&span_nvml_lock);
     if (!span_nvml_known &&
-        ((span_nvml_probe(&span_nvml_links) == UCS_OK) ||
+        ((span_nvml_probe(&span_nvml_links, &span_nvml_gpus) == UCS_OK) ||
          (++span_nvml_probes == SPAN_NVML_PROBES))) {
         span_nvml_known = 1;
     }
-    links = span_nvml_links;
+    *links_p = span_nvml_links;
+    *gpus_p  = span_nvml_gpus;
     pthread_mutex_unlock(&span_nvml_lock);
+}
+
+unsigned span_nvml_nvlinks(void)
+{
+    unsigned links, gpus;
+
+    span_nvml_node(&links, &gpus);
     return links;
+}
+
+int span_nvml_get_zcopy(void)
+{
+    unsigned links, gpus;
+
+    span_nvml_node(&links, &gpus);
+    if (links > 0) {
+        ucs_debug("span nvml: GPU 0 has %u active NVLinks", links);
+    } else if (gpus == 1) {
+        ucs_debug("span nvml: no NVLink, one GPU on the node: every peer's "
+                  "device memory is on it");
+    }
+    return (links > 0) || (gpus == 1);
 }

@@ -783,6 +783,51 @@ TEST_P(SPAN_GPU_PAIR, many_blocks_in_one_transfer)
     span_gpu_free(&local);
 }
 
+#if !SPAN_GPU_TEST_ROCM
+/* 64 puts of 16 KiB to the same bytes, each from a buffer of its own, a
+ * fence between each two, posted before one flush: the last one's bytes
+ * stay, every byte (span's copy engine gathers what follows the first
+ * into batches, whose kernel blocks run in any order: a fence queues what
+ * was gathered and waits for it, docs/device-memory.md) */
+TEST_P(SPAN_GPU_PAIR, a_fence_orders_puts_to_the_same_bytes)
+{
+    if ((gcase().kind == SPAN_GPU_EXTERNAL) ||
+        (gcase().kind == SPAN_GPU_MALLOC_PAIR)) {
+        GTEST_SKIP() << "one case of each allocator is enough";
+    }
+    ucs_status_t status = map(7);
+    if (native_refused("fence", status)) {
+        return;
+    }
+    ASSERT_EQ(UCS_OK, status);
+    const size_t block = 16384, count = 64, start = m_region.reg_offset;
+    std::vector<uint8_t> host(block * count);
+    span_gpu_buf_t local;
+
+    ASSERT_LE(start + block, reg_end());
+    for (size_t i = 0; i < count; ++i) {
+        span_pair_fill(&host[i * block], block, 20 + i, start);
+    }
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, host.size(), 0, NULL,
+                                     &local));
+    ASSERT_EQ(UCS_OK, span_gpu_copy(local.ptr, host.data(), host.size()));
+    status = span_pair_put_fenced(&m_pair, &m_region, start, local.ptr, block,
+                                  count);
+    size_t wrong = span_pair_check(&m_pair, &m_region, start, block,
+                                   20 + count - 1);
+    if (checked()) {
+        EXPECT_EQ(UCS_OK, status);
+        EXPECT_EQ(0u, wrong) << "bytes of an earlier put stayed";
+    }
+    char result[160];
+    snprintf(result, sizeof(result), "%zu fenced puts of %zu to one place | "
+             "%zu bytes not the last one's | %s", count, block, wrong,
+             ucs_status_string(status));
+    report("fence", result);
+    span_gpu_free(&local);
+}
+#endif
+
 /* The target is killed halfway through posting a transfer of many
  * blocks: every op completes (with its status), nothing hangs or
  * crashes, and the initiator tears down */

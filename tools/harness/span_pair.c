@@ -1447,6 +1447,35 @@ ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
     return span_pair_flush(pair, status);
 }
 
+ucs_status_t span_pair_put_fenced(span_pair_t *pair,
+                                  span_pair_region_t *region, size_t offset,
+                                  void *local, size_t block, size_t count)
+{
+    ucs_status_t status = UCS_OK, st;
+    void **requests     = calloc(count, sizeof(*requests));
+    ucp_request_param_t param;
+    size_t i;
+
+    if (requests == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    span_pair_op_param(pair, &param);
+    for (i = 0; i < count; ++i) {
+        if ((i > 0) && (status == UCS_OK)) {
+            status = ucp_worker_fence(pair->worker);
+        }
+        requests[i] = ucp_put_nbx(pair->ep, (uint8_t*)local + (i * block),
+                                  block, region->base + offset,
+                                  region->rkey, &param);
+    }
+    for (i = 0; i < count; ++i) {
+        st     = span_pair_wait_target(pair, requests[i]);
+        status = (status == UCS_OK) ? st : status;
+    }
+    free(requests);
+    return span_pair_flush(pair, status);
+}
+
 ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
                               size_t offset, ucp_atomic_op_t op,
                               uint64_t value, uint64_t compare,

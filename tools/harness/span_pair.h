@@ -191,6 +191,13 @@ ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
                                   void *local, size_t block, size_t stride,
                                   size_t count, int get, size_t kill_at,
                                   ucs_status_t *statuses);
+/* count puts of block bytes each, put i from local + i * block, all to the
+ * same bytes of the region at offset, a ucp_worker_fence between each two,
+ * posted before one flush: the last one's bytes must be what stays. The
+ * first failure */
+ucs_status_t span_pair_put_fenced(span_pair_t *pair,
+                                  span_pair_region_t *region, size_t offset,
+                                  void *local, size_t block, size_t count);
 ucs_status_t span_pair_atomic(span_pair_t *pair, span_pair_region_t *region,
                               size_t offset, ucp_atomic_op_t op,
                               uint64_t value, uint64_t compare,

@@ -24,6 +24,7 @@ namespace {
 struct fake_nvml {
     unsigned links, active, failures, calls;
     bool     wrong_type;
+    int      count_return; /* of the count field: 3, NOT_SUPPORTED */
 } fake;
 
 int fake_init() { return 0; }
@@ -40,7 +41,7 @@ int fake_fields(void *device, int count, span_nvml_field_value_t *values)
     EXPECT_EQ(1, count);
     EXPECT_EQ(91u, values->field_id); /* NVML_FI_DEV_NVLINK_LINK_COUNT */
     EXPECT_EQ(0u, values->scope_id) << "every field of a request set";
-    values->nvml_return = 0;
+    values->nvml_return = fake.count_return;
     values->value_type  = fake.wrong_type ? 3 : 1;
     values->value.ui    = fake.links;
     return 0;
@@ -87,6 +88,15 @@ TEST(span_nvml, counts_the_active_links_of_gpu_0)
     /* a count past what NVML has links for reads no more of them */
     EXPECT_EQ(18u, links_of({200, 200, 0, 0, false}));
     EXPECT_EQ(~0u, links_of({18, 18, 0, 0, true})) << "not a count";
+}
+
+/* A GPU without NVLink (one H200 PCIe) answers NOT_SUPPORTED for the count
+ * field: no link, an answer at once, not a failure tried 10 times */
+TEST(span_nvml, a_count_not_supported_is_no_link)
+{
+    EXPECT_EQ(0u, links_of({18, 18, 0, 0, false, 3}));
+    EXPECT_EQ(1u, fake.calls);
+    EXPECT_EQ(~0u, links_of({18, 18, 0, 0, false, 999})) << "another error";
 }
 
 /* the node's GPUs, or 0 where NVML cannot count them (then get zero-copy

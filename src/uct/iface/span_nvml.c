@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #define SPAN_NVML_SUCCESS              0
+#define SPAN_NVML_ERROR_NOT_SUPPORTED  3
 #define SPAN_NVML_FI_NVLINK_LINK_COUNT 91 /* NVML_FI_DEV_NVLINK_LINK_COUNT */
 #define SPAN_NVML_VALUE_UINT           1  /* NVML_VALUE_TYPE_UNSIGNED_INT */
 #define SPAN_NVML_FEATURE_ENABLED      1  /* NVML_FEATURE_ENABLED */
@@ -95,6 +96,14 @@ static ucs_status_t span_nvml_count(const span_nvml_ops_t *nvml,
     memset(&count, 0, sizeof(count));
     count.field_id = SPAN_NVML_FI_NVLINK_LINK_COUNT;
     res            = nvml->field_values(device, 1, &count);
+    if ((res == SPAN_NVML_SUCCESS) &&
+        (count.nvml_return == SPAN_NVML_ERROR_NOT_SUPPORTED)) {
+        /* an answer: a GPU without NVLink (an H200 PCIe alone says so) */
+        ucs_debug("span nvml: GPU 0 has no NVLink (its count is not "
+                  "supported)");
+        *active_p = 0;
+        return UCS_OK;
+    }
     if ((res != SPAN_NVML_SUCCESS) ||
         (count.nvml_return != SPAN_NVML_SUCCESS) ||
         (count.value_type != SPAN_NVML_VALUE_UINT)) {

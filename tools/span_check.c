@@ -44,6 +44,7 @@ typedef struct {
     int              gpu;      /* a GPU is present */
     const char       *remote;  /* host:port of a span-check -l, or NULL */
     const char       *listen;  /* host:port to serve targets at, or NULL */
+    int              fail_slower; /* --fail-slower: speed is judged */
 } span_check_opts_t;
 
 typedef struct {
@@ -295,9 +296,11 @@ static void span_check_chunking(const span_check_opts_t *opts, int enable)
 }
 
 /* A twin row this many times slower than the native row of its scenario,
- * put or get, went another way, not through noise: a get emulated in
- * software where the native transport copied it runs hundreds of times
- * slower (UCX_PROTO_INFO=y shows the protocol UCP chose) */
+ * put or get, went another way or ran on a loaded machine: a get emulated
+ * in software where the native transport copied it runs hundreds of times
+ * slower (UCX_PROTO_INFO=y shows the protocol UCP chose), and a busy core
+ * can stall one row for as long. The verdict says so; only --fail-slower
+ * (a benchmark's choice) makes it fail the row. */
 #define SPAN_CHECK_SLOWER 10.0
 
 static int span_check_slower(double twin, double native)
@@ -305,16 +308,16 @@ static int span_check_slower(double twin, double native)
     return (twin > 0) && (native > 0) && (twin * SPAN_CHECK_SLOWER < native);
 }
 
-/* The verdict of one row; native is the native row of a twin row's
- * scenario, NULL where there is none. For an out-of-bounds access, a
- * refusal that left the target untouched is correct; a native transport
- * that lets it through is the bug span exists for, reported but expected
- * of a native. */
-static const char *span_check_verdict(const span_check_scenario_t *scenario,
-                                      const span_check_result_t *result,
-                                      int twin,
-                                      const span_check_result_t *native,
-                                      int *failed)
+/* The verdict of one row: its status and its bytes, its speed only with
+ * --fail-slower; native is the native row of a twin row's scenario, NULL
+ * where there is none. For an out-of-bounds access, a refusal that left
+ * the target untouched is correct; a native transport that lets it through
+ * is the bug span exists for, reported but expected of a native. */
+static const char *
+span_check_verdict(const span_check_opts_t *opts,
+                   const span_check_scenario_t *scenario,
+                   const span_check_result_t *result, int twin,
+                   const span_check_result_t *native, int *failed)
 {
     int ok = (result->put_status == UCS_OK) &&
              (result->get_status == UCS_OK);
@@ -327,8 +330,8 @@ static const char *span_check_verdict(const span_check_scenario_t *scenario,
         if ((native != NULL) &&
             (span_check_slower(result->put_gbps, native->put_gbps) ||
              span_check_slower(result->get_gbps, native->get_gbps))) {
-            *failed = 1;
-            return "FAIL: 10x slower";
+            *failed |= opts->fail_slower;
+            return opts->fail_slower ? "FAIL: 10x slower" : "ok (10x slower)";
         }
         return "ok";
     }
@@ -530,7 +533,7 @@ static int span_check_run_scenario(const span_check_opts_t *opts,
     row->twin     = twin;
     span_check_chunking(opts, scenario->chunked);
     failed = span_check_pair_run_apart(opts, scenario, tls, &row->result);
-    row->verdict = span_check_verdict(scenario, &row->result, twin,
+    row->verdict = span_check_verdict(opts, scenario, &row->result, twin,
                                       twin ? span_check_native_result(row) :
                                              NULL,
                                       &failed);
@@ -586,7 +589,7 @@ static void span_check_set_module_dir(char **argv)
 static void span_check_usage(void)
 {
     printf("Usage: span-check [-s SIZE_MiB] [-r REPS] [-t NATIVE_TLS:TWIN_TLS]"
-           "... [-g NATIVE_TLS:TWIN_TLS] [-c HOST:PORT]\n"
+           "... [-g NATIVE_TLS:TWIN_TLS] [-c HOST:PORT] [--fail-slower]\n"
            "       span-check -l HOST:PORT\n"
            "  -s  buffer size in MiB (default 64)\n"
            "  -r  repetitions per transfer, the median is shown (default 5,"
@@ -600,12 +603,19 @@ static void span_check_usage(void)
            "      that span-check -l there starts for it (it reads the\n"
            "      UCX_SPAN_* variables of this process); no GPU scenarios\n"
            "  -l  serve targets for span-check -c at HOST:PORT, until killed\n"
-           "Exit status: 0 when every twin row is correct.\n",
+           "  --fail-slower  a twin row 10x slower than its native row fails\n"
+           "      (for benchmarks; without it the verdict only says so)\n"
+           "Exit status: 0 when every twin row is correct: its status and its\n"
+           "bytes; speed is shown, not judged, unless --fail-slower.\n",
            SPAN_CHECK_MAX_REPS);
 }
 
 static int span_check_parse(int argc, char **argv, span_check_opts_t *opts)
 {
+    static const struct option long_opts[] = {
+        {"fail-slower", no_argument, NULL, 'S'},
+        {NULL, 0, NULL, 0}
+    };
     char *colon;
     int c;
 
@@ -613,8 +623,12 @@ static int span_check_parse(int argc, char **argv, span_check_opts_t *opts)
     opts->reps           = 5;
     opts->gpu_tls.native = "cuda_copy,cuda_ipc,posix";
     opts->gpu_tls.twin   = "cuda_copy,cuda_ipc+,posix";
-    while ((c = getopt(argc, argv, "s:r:t:g:c:l:h")) != -1) {
+    while ((c = getopt_long(argc, argv, "s:r:t:g:c:l:h", long_opts,
+                            NULL)) != -1) {
         switch (c) {
+        case 'S':
+            opts->fail_slower = 1;
+            break;
         case 'c':
             opts->remote = optarg;
             break;

@@ -13,9 +13,10 @@
 #  6. span-check with its GPU scenarios;
 #  7. a PyTorch expandable_segments tensor through the resolver;
 #  8. put/get into VMM memory of 32 handles (twin) vs cudaMalloc (native);
-#  9. the GPU tests and span-check again in NIXL's UCX 1.23, same plugin,
-#     and the protocol of every device put and get of span-check's GPU
-#     scenarios between twins (UCX_PROTO_INFO): any not over cuda_ipc+ fails;
+#  9. the GPU tests and span-check --fail-slower (a twin row 10x slower
+#     fails) again in NIXL's UCX 1.23, same plugin, and the protocol of
+#     every device put and get of span-check's GPU scenarios between twins
+#     (UCX_PROTO_INFO): any not over cuda_ipc+ fails;
 #  P. put/get sweep 4-256 MiB: VMM of 2 and 20 MiB handles (twin) vs
 #     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl/nixl_check.py --gpu, GPU 0 -> 0 and
@@ -345,7 +346,8 @@ cudart=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)
     echo "UCX: $(ldd "$gpu/nixl/bin/span_gpu_test" | awk '/libuct/ {print $3}')"
     gpu=$gpu/nixl gpu_test $tmp/span_gpu_test_1_23.log
     r=$?
-    "$gpu/nixl/bin/span-check" -s 64 -r "$runs" 2>&1 | grep -E '^\||no GPU'
+    "$gpu/nixl/bin/span-check" -s 64 -r "$runs" --fail-slower 2>&1 |
+        grep -E '^\||no GPU'
     r=$((r | ${PIPESTATUS[0]}))
     # which protocol carried each device put and get: span-check's GPU
     # scenarios with twins on both sides, UCX_PROTO_INFO=y

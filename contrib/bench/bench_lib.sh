@@ -1,6 +1,50 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Shared by the benchmark scripts (sourced; needs $perftest).
-port=$((20000 + RANDOM % 20000))
+# A TCP port that no socket holds now: the system picks it
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("", 0))
+print(s.getsockname()[1])'
+}
+# Whether process $1 or a child of it (timeout's) listens on TCP port $2
+listens() {
+    local inodes p
+    inodes=$(awk -v p="$(printf ':%04X' "$2")" '
+        $4 == "0A" && substr($2, length($2) - 4) == p {s = s (s ? "|" : "") $10}
+        END {print s}' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+    [ -n "$inodes" ] || return 1
+    for p in "$1" $(pgrep -P "$1"); do
+        [[ $(ls -l "/proc/$p/fd" 2>/dev/null) =~ socket:\[($inodes)\] ]] &&
+            return 0
+    done
+    return 1
+}
+# Starts the ucx_perftest server "$@" (without -p) in the background on a
+# free port; sets port and server once it listens there, so that the client
+# never finds no server or another one. A server that ends first (the port
+# was taken meanwhile) is started again on another port, 5 times at most.
+perftest_server() {
+    local try i log
+    log=$(mktemp)
+    for try in 1 2 3 4 5; do
+        port=$(free_port) || break
+        "$@" -p "$port" >"$log" 2>&1 &
+        server=$!
+        for ((i = 0; i < 600; i++)); do # 60 s
+            if listens "$server" "$port"; then
+                rm -f "$log"
+                return 0
+            fi
+            kill -0 "$server" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill "$server" 2>/dev/null || true
+        wait "$server" 2>/dev/null || true
+    done
+    echo "bench: no ucx_perftest server listened after $try ports: $*" >&2
+    cat "$log" >&2
+    rm -f "$log"
+    return 1
+}
 median() {
     sort -g | awk '{v[NR] = $1} END {
         if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
@@ -11,10 +55,8 @@ median() {
 perftest_bw() {
     local tls=$1 test=$2 size=$3 iters=$4 out
     shift 4
-    port=$((port + 1))
-    UCX_TLS=$tls "$perftest" -p "$port" "$@" >/dev/null 2>&1 &
-    local server=$!
-    sleep 0.3
+    local port server
+    perftest_server env UCX_TLS="$tls" "$perftest" "$@" || return 1
     out=$(UCX_TLS=$tls "$perftest" 127.0.0.1 -p "$port" -t "$test" \
               -s "$size" -n "$iters" -w $((iters / 10 + 1)) -f "$@" 2>&1) || {
         kill "$server" 2>/dev/null || true

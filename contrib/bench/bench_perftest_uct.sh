@@ -12,7 +12,9 @@
 # SPAN_PERFTEST_BW_SIZE and _ITERS (bandwidth message size and count),
 # SPAN_PERFTEST_DEV (the device, with MEMTYPE cuda; default cuda).
 # With SPAN_PERFTEST_CHECK=1 it runs each cell once, briefly, and exits
-# non-zero where any run fails (the perftest_uct test of make check).
+# non-zero where any run fails (the perftest_uct test of make check); a
+# ratio is printed, never judged. Each server listens on a port that the
+# system picked free (bench_lib.sh).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -50,10 +52,9 @@ fi
 # one ucx_perftest at UCT level; prints the column of the result that
 # matters: typical latency (usec) or overall bandwidth (MB/s)
 uct_perf() {
-    local tl=$1 test=$2 layout=$3 size=$4 iters=$5 col=$6 out server=
+    local tl=$1 test=$2 layout=$3 size=$4 iters=$5 col=$6 out server= port
     local args=(-x "$tl" -d "$dev" -t "$test" -D "$layout" -s "$size"
                 -n "$iters" -w $((iters / 10 + 1)) -f "${memargs[@]}")
-    port=$((port + 1))
     if [ "${tl%+}" = self ]; then
         out=$(timeout 120 "$perftest" -l "${args[@]}" 2>&1) || {
             echo "bench: ucx_perftest -l ${args[*]} failed:" >&2
@@ -61,10 +62,8 @@ uct_perf() {
             return 1
         }
     else
-        timeout 120 "$perftest" -p "$port" -x "$tl" -d "$dev" \
-            "${memargs[@]}" >/dev/null 2>&1 &
-        server=$!
-        sleep 0.3
+        perftest_server timeout 120 "$perftest" -x "$tl" -d "$dev" \
+            "${memargs[@]}" || return 1
         out=$(timeout 120 "$perftest" 127.0.0.1 -p "$port" "${args[@]}" \
               2>&1) || {
             kill "$server" 2>/dev/null || true

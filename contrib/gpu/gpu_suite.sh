@@ -242,11 +242,10 @@ echo "(get also with UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y: cuda_ipc turns get off"
 echo " unless NVML shows an active NVLink on device 0)"
 for tls in $native $twin; do
     for t in ucp_put_bw ucp_get ucp_get:y; do
-        port=$((port + 1))
         getz=${t#*:}; [ "$getz" = "$t" ] && getz=auto
         export UCX_CUDA_IPC_ENABLE_GET_ZCOPY=$getz
-        UCX_TLS=$tls "$perftest" -p "$port" -m cuda >/dev/null 2>&1 &
-        sleep 0.3
+        perftest_server env UCX_TLS="$tls" "$perftest" -m cuda ||
+            { unset UCX_CUDA_IPC_ENABLE_GET_ZCOPY; continue; }
         UCX_PROTO_INFO=y UCX_TLS=$tls "$perftest" 127.0.0.1 -p "$port" \
             -t "${t%:*}" -m cuda -s $((64 << 20)) -n 4 2>&1 | proto_rows |
             grep -E "by ucp_${t:4:3}" | sed "s/^/$tls ${t%:*} get_zcopy=$getz: /"
@@ -397,9 +396,8 @@ echo '|---|---|---|---|---|---|---|---|'
 fresh() { # TLS LOGLEVEL PAIRS TL
     local ok=0 off=0 failed=0 noprobe=0 turned=0 r out
     for ((r = 0; r < $3; r++)); do
-        port=$((port + 1))
-        UCX_TLS=$1 "$perftest" -p "$port" -m cuda >/dev/null 2>&1 &
-        sleep 0.3
+        perftest_server env UCX_TLS="$1" "$perftest" -m cuda ||
+            { failed=$((failed + 1)); continue; }
         out=$(UCX_LOG_LEVEL=$2 UCX_PROTO_INFO=y UCX_TLS=$1 timeout 60 \
               "$perftest" 127.0.0.1 -p "$port" -t ucp_get -m cuda \
               -s $((16 << 20)) -n 20 2>&1) || failed=$((failed + 1))

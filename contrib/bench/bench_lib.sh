@@ -5,8 +5,11 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("", 0))
 print(s.getsockname()[1])'
 }
-# Whether process $1 or a child of it (timeout's) listens on TCP port $2
-listens() {
+# Whether process $1 or a child of it (timeout's) listens on TCP port $2.
+# In a subshell without the sanitizer's LD_PRELOAD (sanitize.sh): pgrep
+# under libasan hung
+listens() (
+    unset LD_PRELOAD
     local inodes p
     inodes=$(awk -v p="$(printf ':%04X' "$2")" '
         $4 == "0A" && substr($2, length($2) - 4) == p {s = s (s ? "|" : "") $10}
@@ -17,7 +20,7 @@ listens() {
             return 0
     done
     return 1
-}
+)
 # Starts the ucx_perftest server "$@" (without -p) in the background on a
 # free port; sets port and server once it listens there, so that the client
 # never finds no server or another one. A server that ends first (the port

@@ -222,10 +222,32 @@ static ucs_status_t span_loader_register_now(const void *addr,
  * registers waits for it and gets its result: it must see span. The
  * thread that registers may come again from inside (UCX's calls of the
  * implementation's init): it goes on, as registering is under way. */
+static pthread_mutex_t span_loader_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+/* A child forked while another thread registers would inherit the lock
+ * held by a thread it does not have: fork waits for the registration */
+static void span_loader_fork_prepare(void)
+{
+    pthread_mutex_lock(&span_loader_lock);
+}
+
+static void span_loader_fork_parent(void)
+{
+    pthread_mutex_unlock(&span_loader_lock);
+}
+
+/* the child's thread is not the owner the mutex recorded: a new one */
+static void span_loader_fork_child(void)
+{
+    static const pthread_mutex_t unlocked =
+            PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+    span_loader_lock = unlocked;
+}
+
 static ucs_status_t span_loader_register(const void *addr,
                                          const span_loader_uct_t *uct)
 {
-    static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
     static int state; /* 0: not tried, 1: being tried, 2: tried */
     static ucs_status_t result;
     ucs_status_t status;
@@ -233,14 +255,15 @@ static ucs_status_t span_loader_register(const void *addr,
     if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2) {
         return result;
     }
-    pthread_mutex_lock(&lock);
-    if (state == 0) {
-        state  = 1;
+    pthread_mutex_lock(&span_loader_lock);
+    if (__atomic_load_n(&state, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&state, 1, __ATOMIC_RELAXED);
         result = span_loader_register_now(addr, uct);
         __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
     }
-    status = (state == 2) ? result : UCS_OK;
-    pthread_mutex_unlock(&lock);
+    status = (__atomic_load_n(&state, __ATOMIC_RELAXED) == 2) ? result :
+                                                                UCS_OK;
+    pthread_mutex_unlock(&span_loader_lock);
     return status;
 }
 
@@ -343,6 +366,9 @@ static void __attribute__((constructor)) span_loader_loaded(void)
     Dl_info info;
     void *libuct;
     int modules;
+
+    pthread_atfork(span_loader_fork_prepare, span_loader_fork_parent,
+                   span_loader_fork_child);
 
     if ((query == NULL) || !dladdr(query, &info) ||
         (info.dli_fname == NULL) ||

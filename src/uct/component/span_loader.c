@@ -278,28 +278,37 @@ ucs_module_global_init(void)
     return span_loader_register(__builtin_return_address(0), NULL);
 }
 
+/* The query and release calls of the loaded libuct at path, in *uct;
+ * whether it has the query */
+static int span_loader_uct_in(const char *path, span_loader_uct_t *uct)
+{
+    void *dl = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+
+    if (dl == NULL) {
+        return 0;
+    }
+    uct->query   = (span_loader_query_func_t)dlsym(dl, "uct_query_components");
+    uct->release = (span_loader_release_func_t)dlsym(
+            dl, "uct_release_component_list");
+    dlclose(dl);
+    return uct->query != NULL;
+}
+
 /* The query and release calls of a libuct loaded from dir, where there
  * is one */
 static int span_loader_find_uct(const char *dir, span_loader_uct_t *uct)
 {
     char **names = span_dl_loaded(), **name;
     span_loader_ucx_t ucx;
-    void *dl;
 
     if (names == NULL) {
         return 0;
     }
     memcpy(ucx.dir, dir, sizeof(ucx.dir));
     for (name = names; (*name != NULL) && (uct->query == NULL); ++name) {
-        if (!span_loader_in_dir(&ucx, *name, "libuct") ||
-            ((dl = dlopen(*name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
-            continue;
+        if (span_loader_in_dir(&ucx, *name, "libuct")) {
+            span_loader_uct_in(*name, uct);
         }
-        uct->query   = (span_loader_query_func_t)dlsym(dl,
-                                                       "uct_query_components");
-        uct->release = (span_loader_release_func_t)dlsym(
-                dl, "uct_release_component_list");
-        dlclose(dl);
     }
     free(names);
     return uct->query != NULL;
@@ -400,22 +409,13 @@ static unsigned span_loader_local(span_loader_uct_t *uct)
 {
     char **names = span_dl_loaded(), **name;
     unsigned count = 0;
-    void *dl;
 
     if (names == NULL) {
         return 0;
     }
     for (name = names; *name != NULL; ++name) {
-        if (!span_loader_is_libuct(*name) ||
-            ((dl = dlopen(*name, RTLD_LAZY | RTLD_NOLOAD)) == NULL)) {
-            continue;
-        }
-        uct->query   = (span_loader_query_func_t)dlsym(dl,
-                                                       "uct_query_components");
-        uct->release = (span_loader_release_func_t)dlsym(
-                dl, "uct_release_component_list");
-        count       += (uct->query != NULL);
-        dlclose(dl);
+        count += span_loader_is_libuct(*name) &&
+                 span_loader_uct_in(*name, uct);
     }
     free(names);
     return count;

@@ -27,10 +27,21 @@
 
 #define THREADS 8
 
-static __thread int in_iteration;
 static int opened_inside; /* dlopens made inside an iteration */
 static pthread_barrier_t start;
 static int saw_span[THREADS];
+
+/* TSan's runtime calls dl_iterate_phdr before it can serve the dlsym of
+ * an interposer: there only the threads are checked (and TSan watches the
+ * loader's locks) */
+#if defined(__SANITIZE_THREAD__)
+#  define SPAN_TEST_INTERPOSE 0
+#else
+#  define SPAN_TEST_INTERPOSE 1
+#endif
+
+#if SPAN_TEST_INTERPOSE
+static __thread int in_iteration;
 
 typedef void *(*dlopen_func_t)(const char *, int);
 typedef int (*iterate_func_t)(int (*)(struct dl_phdr_info *, size_t, void *),
@@ -61,6 +72,7 @@ void *dlopen(const char *path, int flags)
     }
     return real(path, flags);
 }
+#endif
 
 static int has_span(void)
 {
@@ -103,6 +115,7 @@ int main(void)
         saw += saw_span[i];
     }
     printf("%d of %d threads saw span at their first query; %d libraries "
-           "opened inside dl_iterate_phdr\n", saw, THREADS, opened_inside);
+           "opened inside dl_iterate_phdr%s\n", saw, THREADS, opened_inside,
+           SPAN_TEST_INTERPOSE ? "" : " (not counted under TSan)");
     return ((saw == THREADS) && (opened_inside == 0)) ? 0 : 1;
 }

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Shared by the benchmark scripts (sourced; needs $perftest).
-# A TCP port that no socket holds now: the system picks it
-free_port() {
+# A TCP port that no socket holds now: the system picks it (python does
+# not start with a sanitizer's runtime preloaded: sanitize.sh)
+free_port() (
+    unset LD_PRELOAD
     python3 -c 'import socket; s = socket.socket(); s.bind(("", 0))
 print(s.getsockname()[1])'
-}
+)
 # Whether process $1 or a child of it (timeout's) listens on TCP port $2.
 # In a subshell without the sanitizer's LD_PRELOAD (sanitize.sh): pgrep
 # under libasan hung

@@ -222,7 +222,10 @@ static ucs_status_t span_loader_register_now(const void *addr,
  * registers waits for it and gets its result: it must see span. The
  * thread that registers may come again from inside (UCX's calls of the
  * implementation's init): it goes on, as registering is under way. */
-static pthread_mutex_t span_loader_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_mutex_t span_loader_lock = PTHREAD_MUTEX_INITIALIZER;
+/* set while this thread registers: UCX's calls from the implementation's
+ * init may come back here */
+static __thread int span_loader_registering;
 
 /* A child forked while another thread registers would inherit the lock
  * held by a thread it does not have: fork waits for the registration */
@@ -231,38 +234,37 @@ static void span_loader_fork_prepare(void)
     pthread_mutex_lock(&span_loader_lock);
 }
 
-static void span_loader_fork_parent(void)
+static void span_loader_fork_done(void)
 {
     pthread_mutex_unlock(&span_loader_lock);
 }
 
-/* the child's thread is not the owner the mutex recorded: a new one */
-static void span_loader_fork_child(void)
-{
-    static const pthread_mutex_t unlocked =
-            PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-
-    span_loader_lock = unlocked;
-}
-
+/* Registers span once per process, whichever way in comes first (uct: the
+ * caller's query, where it has one). A thread that comes while another
+ * registers waits for it and gets its result: it must see span. The
+ * thread that registers may come again from inside (UCX's calls of the
+ * implementation's init): it goes on, as registering is under way. */
 static ucs_status_t span_loader_register(const void *addr,
                                          const span_loader_uct_t *uct)
 {
-    static int state; /* 0: not tried, 1: being tried, 2: tried */
+    static int done;
     static ucs_status_t result;
     ucs_status_t status;
 
-    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2) {
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
         return result;
     }
-    pthread_mutex_lock(&span_loader_lock);
-    if (__atomic_load_n(&state, __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&state, 1, __ATOMIC_RELAXED);
-        result = span_loader_register_now(addr, uct);
-        __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+    if (span_loader_registering) {
+        return UCS_OK;
     }
-    status = (__atomic_load_n(&state, __ATOMIC_RELAXED) == 2) ? result :
-                                                                UCS_OK;
+    pthread_mutex_lock(&span_loader_lock);
+    if (!__atomic_load_n(&done, __ATOMIC_RELAXED)) {
+        span_loader_registering = 1;
+        result                  = span_loader_register_now(addr, uct);
+        span_loader_registering = 0;
+        __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+    }
+    status = result;
     pthread_mutex_unlock(&span_loader_lock);
     return status;
 }
@@ -376,8 +378,8 @@ static void __attribute__((constructor)) span_loader_loaded(void)
     void *libuct;
     int modules;
 
-    pthread_atfork(span_loader_fork_prepare, span_loader_fork_parent,
-                   span_loader_fork_child);
+    pthread_atfork(span_loader_fork_prepare, span_loader_fork_done,
+                   span_loader_fork_done);
 
     if ((query == NULL) || !dladdr(query, &info) ||
         (info.dli_fname == NULL) ||

@@ -28,7 +28,7 @@ gcc -O2 -fPIC -c "$top/contrib/sanitize/sanitize_shim.c" -o sanitize_shim.o
 export SPAN_DEPS=$top/.span-deps
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$top/contrib/sanitize/tsan.supp"
 if [ "$kind" = thread ]; then
     # UCM's mmap hooks cannot run under TSan: a thread's exit calls the hooked
     # madvise after TSan tore the thread down (a crash inside TSan, with or

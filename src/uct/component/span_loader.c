@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define SPAN_LOADER_IMPL "libspan_impl.so"
 
@@ -223,9 +225,11 @@ static ucs_status_t span_loader_register_now(const void *addr,
  * thread that registers may come again from inside (UCX's calls of the
  * implementation's init): it goes on, as registering is under way. */
 static pthread_mutex_t span_loader_lock = PTHREAD_MUTEX_INITIALIZER;
-/* set while this thread registers: UCX's calls from the implementation's
- * init may come back here */
-static __thread int span_loader_registering;
+/* the thread that registers (its tid; 0: none): UCX's calls from the
+ * implementation's init may come back here. Not a thread-local variable:
+ * that would link the loader to ld.so's __tls_get_addr, which the wheel
+ * does not allow */
+static pid_t span_loader_registering;
 
 /* A child forked while another thread registers would inherit the lock
  * held by a thread it does not have: fork waits for the registration */
@@ -254,14 +258,16 @@ static ucs_status_t span_loader_register(const void *addr,
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
         return result;
     }
-    if (span_loader_registering) {
+    if (__atomic_load_n(&span_loader_registering, __ATOMIC_RELAXED) ==
+        (pid_t)syscall(SYS_gettid)) {
         return UCS_OK;
     }
     pthread_mutex_lock(&span_loader_lock);
     if (!__atomic_load_n(&done, __ATOMIC_RELAXED)) {
-        span_loader_registering = 1;
-        result                  = span_loader_register_now(addr, uct);
-        span_loader_registering = 0;
+        __atomic_store_n(&span_loader_registering, (pid_t)syscall(SYS_gettid),
+                         __ATOMIC_RELAXED);
+        result = span_loader_register_now(addr, uct);
+        __atomic_store_n(&span_loader_registering, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
     }
     status = result;

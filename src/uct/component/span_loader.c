@@ -219,11 +219,7 @@ static ucs_status_t span_loader_register_now(const void *addr,
     return UCS_OK;
 }
 
-/* Registers span once per process, whichever way in comes first (uct: the
- * caller's query, where it has one). A thread that comes while another
- * registers waits for it and gets its result: it must see span. The
- * thread that registers may come again from inside (UCX's calls of the
- * implementation's init): it goes on, as registering is under way. */
+/* Serializes registering span, whichever way in comes first */
 static pthread_mutex_t span_loader_lock = PTHREAD_MUTEX_INITIALIZER;
 /* the thread that registers (its tid; 0: none): UCX's calls from the
  * implementation's init may come back here. Not a thread-local variable:

@@ -48,7 +48,12 @@ target's; it serves until killed).
 
   nixl_check.py [--gpu] [--runs N] [--mib N] [--tls NATIVE TWIN]
                 [--gpus INITIATOR,TARGET] [--connect HOST:PORT]
+                [--prog-thread on|off] [--only TEXT] [--allocs LIST]
   nixl_check.py --serve HOST:PORT
+
+"posting, ms" is how long NIXL's transfer() took to post the ops (the
+median of the runs); with span's engine, UCX_LOG_LEVEL=info logs, per
+engine, how its ops went: alone or in how many batches.
 """
 import argparse
 import gc
@@ -229,9 +234,10 @@ def make_mem(args, role):
     return DeviceMem(torch, args.gpus[role == "target"])
 
 
-def make_agent(name):
+def make_agent(name, args):
     nixl = import_nixl()
-    return nixl.nixl_agent(name, nixl.nixl_agent_config(backends=["UCX"]))
+    return nixl.nixl_agent(name, nixl.nixl_agent_config(
+        enable_prog_thread=args.prog_thread == "on", backends=["UCX"]))
 
 
 SPAN_EXPORT_TABLE = "/memfd:ucx-span-vmm"  # span_vmm_export.h
@@ -283,7 +289,7 @@ def target_main(sock, args):
     mem.sync()
     fds0 = open_fds()
     try:
-        agent = make_agent("target")
+        agent = make_agent("target", args)
         if "UCX" not in agent.backends:
             raise RuntimeError("no UCX backend")
         regs = agent.register_memory(
@@ -376,7 +382,7 @@ def run_case(agent, mem, sock, local, remote, op, pieces, runs, tag):
         return {"status": "%s: %s" % (type(e).__name__, str(e)[:60]),
                 "bytes_ok": None, "gbps": None}
     nbytes = sum(n for _, _, n in pieces)
-    times, status, bytes_ok, why = [], "DONE", True, ""
+    times, posted, status, bytes_ok, why = [], [], "DONE", True, ""
     for r in range(runs):
         seed = (tag * 16 + r * 2 + 1) & 0xff
         bg = seed ^ 0x5a
@@ -395,7 +401,9 @@ def run_case(agent, mem, sock, local, remote, op, pieces, runs, tag):
             local[:] = mem.pattern(size, bg)
         mem.sync()
         t0 = time.perf_counter()
-        state = wait_xfer(agent, handle, agent.transfer(handle))
+        state = agent.transfer(handle)
+        posted.append(time.perf_counter() - t0)
+        state = wait_xfer(agent, handle, state)
         t1 = time.perf_counter()
         if state != "DONE":
             status = state
@@ -414,7 +422,9 @@ def run_case(agent, mem, sock, local, remote, op, pieces, runs, tag):
     if status == "DONE":
         handle.release()
     gbps = nbytes / statistics.median(times) / 1e9 if times else None
-    return {"status": status, "bytes_ok": bytes_ok, "gbps": gbps, "why": why}
+    post_ms = statistics.median(posted) * 1e3 if posted else None
+    return {"status": status, "bytes_ok": bytes_ok, "gbps": gbps, "why": why,
+            "post_ms": post_ms}
 
 
 def emit(args, result):
@@ -438,7 +448,7 @@ def initiator_main(sock, args):
     results = []
     fds0 = open_fds()
     try:
-        agent = make_agent("initiator")
+        agent = make_agent("initiator", args)
         if "UCX" not in agent.backends:
             raise RuntimeError("no UCX backend")
         regs = agent.register_memory(
@@ -453,6 +463,8 @@ def initiator_main(sock, args):
         return 0
     tag = 0
     for name, pieces in cases(size, args.gpu):
+        if args.only and args.only not in name:
+            continue
         for op in ("WRITE", "READ"):
             tag += 1
             res = run_case(agent, mem, sock, local, remote, op, pieces,
@@ -553,7 +565,10 @@ def role_argv(args, alloc, role, fd, result_fd=None):
     argv = [sys.executable, os.path.abspath(__file__), "--runs",
             str(args.runs), "--mib", str(args.mib), "--alloc", alloc,
             "--gpus", "%d,%d" % tuple(args.gpus),
+            "--prog-thread", args.prog_thread,
             "--role", role, "--fd", str(fd)]
+    if args.only:
+        argv += ["--only", args.only]
     if result_fd is not None:
         argv += ["--result-fd", str(result_fd)]
     return argv + (["--gpu"] if args.gpu else [])
@@ -700,6 +715,14 @@ def main():
     ap.add_argument("--tls", nargs=2, metavar=("NATIVE", "TWIN"))
     ap.add_argument("--gpus", default="0,0", metavar="INITIATOR,TARGET",
                     help="GPU mode: the initiator's and the target's GPU")
+    ap.add_argument("--prog-thread", choices=("on", "off"), default="on",
+                    help="NIXL's progress thread (default: on, NIXL's "
+                    "default)")
+    ap.add_argument("--only", metavar="TEXT",
+                    help="only the cases whose name holds TEXT (KV: the "
+                    "KV-cache pages)")
+    ap.add_argument("--allocs", metavar="LIST",
+                    help="GPU mode: of expandable,cudaMalloc (default: both)")
     ap.add_argument("--timeout", type=int, default=300,
                     help="seconds per pair of processes")
     ap.add_argument("--connect", metavar="HOST:PORT",
@@ -739,6 +762,8 @@ def main():
     else:
         native, twin = "cma,tcp", "cma+,tcp"
     allocs = ["expandable", "cudaMalloc"] if args.gpu else ["host"]
+    if args.gpu and args.allocs:
+        allocs = args.allocs.split(",")
     if args.serve:
         return serve(args)
 
@@ -750,8 +775,10 @@ def main():
     if args.connect:
         print("initiator here on %s, target on the node of %s" %
               (socket.gethostname(), args.connect))
-    print("| mode | UCX_TLS | op | status | bytes as expected | GB/s | verdict |")
-    print("|---|---|---|---|---|---|---|")
+    print("NIXL progress thread: %s" % args.prog_thread)
+    print("| mode | UCX_TLS | op | status | bytes as expected | GB/s | "
+          "posting, ms | verdict |")
+    print("|---|---|---|---|---|---|---|---|")
     rc = 0
     results = {}
     lanes, colds, lefts = [], [], []
@@ -811,10 +838,12 @@ def main():
                         verdict = "ok"
                     rc |= not good
                 why = (" (%s)" % r["why"]) if ok is False and r.get("why") else ""
-                print("| %s | %s | %s | %s | %s | %s | %s |" % (
+                print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                     mode, tls, r["op"], one_line(r["status"]),
                     {True: "yes", False: "NO" + why, None: "-"}[ok],
-                    fmt_gbps(r["gbps"]), verdict))
+                    fmt_gbps(r["gbps"]),
+                    "%.2f" % r["post_ms"] if r.get("post_ms") else "-",
+                    verdict))
     print("\nWhat UCP chose between the two %s (UCX_PROTO_INFO):" %
           ("nodes" if args.connect else "processes"))
     for line in lanes:

@@ -9,6 +9,7 @@
 #include <ucs/debug/log_def.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* Pieces of room in a batch per op it takes: an op of more pieces than a
  * whole batch holds is queued alone */
@@ -51,6 +52,15 @@ typedef struct span_vmm_copy_flush {
     uct_completion_t *comp;
 } span_vmm_copy_flush_t;
 
+/* Nanoseconds of the monotonic clock (the vDSO's: no system call) */
+static uint64_t span_vmm_copy_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000000ull) + ts.tv_nsec;
+}
+
 struct span_vmm_copy {
     const span_vmm_copy_ops_t *ops;
     ucs_list_link_t           active;  /* in the order queued */
@@ -74,6 +84,12 @@ struct span_vmm_copy {
         uint64_t start, length, seq;
         int      device;
     } local;
+    /* what the engine did, logged at its end (UCX_LOG_LEVEL=info): how a
+     * client's pattern of posts and progress cut its ops into launches */
+    struct {
+        uint64_t   alone, batches, batched, progress;
+        uint64_t in_progress, in_submit; /* ns */
+    } stats;
     uint64_t                  vendor[]; /* ops->vendor_size bytes */
 };
 
@@ -215,12 +231,17 @@ static void span_vmm_copy_submit(span_vmm_copy_t *copy)
     ucs_status_t status;
     unsigned j;
 
+    uint64_t start = span_vmm_copy_now();
+
     copy->pending  = NULL;
     desc->signaled = 1;
     ucs_list_add_tail(&copy->active, &desc->list);
     ++copy->in_flight;
+    ++copy->stats.batches;
+    copy->stats.batched += desc->num_ops;
     status = ops->batch(copy->vendor, desc->device, desc->pieces,
                         desc->num_pieces, &desc->signal);
+    copy->stats.in_submit += span_vmm_copy_now() - start;
     if (status == UCS_OK) {
         return;
     }
@@ -450,6 +471,7 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     }
     /* an op that failed still owns its buffers while the copies it queued
      * run: its error is reported once they have, never before */
+    ++copy->stats.alone;
     desc->signaled   = 1;
     desc->num_ops    = 1;
     desc->ops[0]     = (span_vmm_copy_rec_t){comp, status, copies};
@@ -487,9 +509,11 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
 {
     span_vmm_copy_desc_t *desc;
     span_vmm_copy_flush_t *flush;
+    uint64_t start = span_vmm_copy_now();
     ucs_status_t status;
     unsigned count = 0;
 
+    ++copy->stats.progress;
     while (!ucs_list_is_empty(&copy->active)) {
         desc   = ucs_list_head(&copy->active, span_vmm_copy_desc_t, list);
         status = desc->signaled ?
@@ -525,6 +549,7 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
         span_completion_invoke(flush->comp, UCS_OK);
         free(flush);
     }
+    copy->stats.in_progress += span_vmm_copy_now() - start;
     return count;
 }
 
@@ -591,12 +616,30 @@ void span_vmm_copy_fence(span_vmm_copy_t *copy)
     }
 }
 
+static void span_vmm_copy_log_stats(const span_vmm_copy_t *copy)
+{
+    if (copy->posted == 0) {
+        return;
+    }
+    ucs_info("span %s copy %p: %" PRIu64 " ops: %" PRIu64 " alone, %"
+             PRIu64 " in %" PRIu64 " batches (%.1f per batch); %" PRIu64
+             " progress calls, %.1f ms in them, %.1f ms queueing batches",
+             copy->ops->name, copy, copy->posted, copy->stats.alone,
+             copy->stats.batched, copy->stats.batches,
+             copy->stats.batches ? (double)copy->stats.batched /
+                                   copy->stats.batches : 0.0,
+             copy->stats.progress,
+             copy->stats.in_progress / 1e6,
+             copy->stats.in_submit / 1e6);
+}
+
 void span_vmm_copy_destroy(span_vmm_copy_t *copy)
 {
     ucs_list_link_t *pool = &copy->pool[0][0];
     span_vmm_copy_desc_t *desc;
 
     span_vmm_copy_drain(copy);
+    span_vmm_copy_log_stats(copy);
     for (; pool < &copy->pool[0][0] + (2 * SPAN_VMM_COPY_MAX_DEVICES);
          ++pool) {
         while (!ucs_list_is_empty(pool)) {

@@ -58,6 +58,7 @@
         .calls_1_18                = ((_minor) <= 18), \
         .attr_no_gva               = ((_minor) <= 17), \
         .config_no_doc             = ((_minor) <= 16), \
+        .refuse_in_completion      = ((_minor) <= 18), \
         .major                     = 1, \
         .minor                     = _minor, \
         .has_symbol                = _has, \

@@ -330,6 +330,11 @@ typedef struct span_ucx_layout {
     /* 1.16 and earlier: ucs_config_parser_t has no doc
      * (span_ucx_config_fit) */
     int        config_no_doc;
+    /* 1.18 and earlier: UCP cannot fail a zero-copy get whose op returns
+     * an error (it aborts the process), but fails the request where the
+     * op's completion carries it: a refused access is reported that way
+     * (span_split_refuse) */
+    int        refuse_in_completion;
 } span_ucx_layout_t;
 
 /* The layout of the UCX in the process; set by span_ucx_select() */

@@ -18,6 +18,8 @@
 #include "test_log.h"
 
 #include <gtest/gtest.h>
+#include <thread>
+#include <unistd.h>
 
 #if HAVE_CUDA
 extern "C" {
@@ -830,6 +832,83 @@ TEST_F(cuda_copy_batch, a_full_batch_goes_without_waiting_for_progress)
     fake_run();
     EXPECT_EQ(9u, span_vmm_copy_progress(m_copy));
     expect_in_order(9, 64);
+}
+
+/* Batches of 4 ops, with a progress thread beside the posting one (UCT
+ * serializes them: joined before the next step) */
+class cuda_copy_burst : public cuda_copy_batch {
+protected:
+    /* an engine of m_params, as set by the test */
+    void recreate()
+    {
+        span_vmm_copy_destroy(m_copy);
+        m_copy = NULL;
+        ASSERT_EQ(UCS_OK, span_vmm_copy_create(&span_cuda_copy_ops, &m_params,
+                                               &m_copy));
+    }
+
+    /* progress by another thread, after the device ran what is queued */
+    unsigned progress_elsewhere()
+    {
+        unsigned count = 0;
+
+        std::thread([&] {
+            fake_run();
+            count = span_vmm_copy_progress(m_copy);
+        }).join();
+        return count;
+    }
+};
+
+TEST_F(cuda_copy_burst, a_progress_thread_leaves_a_burst_to_its_poster)
+{
+    ordered_comp c[6];
+
+    m_params.burst_gap = 1000000000ull; /* 1 s: the burst never pauses */
+    ASSERT_NO_FATAL_FAILURE(recreate());
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 3, 64));
+    /* the first op went alone; the two gathered stay while it posts */
+    EXPECT_EQ(1u, progress_elsewhere());
+    EXPECT_EQ(0, drv.launches);
+    for (int i = 3; i < 6; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
+    }
+    EXPECT_EQ(1, drv.launches); /* ops 1 to 4: a full batch */
+    EXPECT_EQ(4u, progress_elsewhere());
+    EXPECT_EQ(1, drv.launches); /* op 5 still gathered */
+    /* the poster's own progress ends the burst */
+    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy));
+    EXPECT_EQ(2, drv.launches);
+    ASSERT_NO_FATAL_FAILURE(complete_all());
+    expect_in_order(6, 64);
+}
+
+TEST_F(cuda_copy_burst, a_pause_of_the_poster_ends_its_burst)
+{
+    ordered_comp c[3];
+
+    m_params.burst_gap = 1000; /* 1 us */
+    ASSERT_NO_FATAL_FAILURE(recreate());
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 3, 64));
+    usleep(1000);
+    EXPECT_EQ(1u, progress_elsewhere());
+    EXPECT_EQ(1, drv.launches);
+    EXPECT_EQ(2u, progress_elsewhere());
+    expect_in_order(3, 64);
+}
+
+TEST_F(cuda_copy_burst, without_a_gap_any_progress_queues_the_gathered_ops)
+{
+    ordered_comp c[3];
+
+    m_params.burst_gap = 0;
+    ASSERT_NO_FATAL_FAILURE(recreate());
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 3, 64));
+    EXPECT_EQ(1u, progress_elsewhere());
+    EXPECT_EQ(1, drv.launches);
+    EXPECT_EQ(2u, progress_elsewhere());
+    expect_in_order(3, 64);
 }
 
 /* Batches of at most 4 ops and 256 bytes */

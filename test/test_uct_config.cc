@@ -177,7 +177,8 @@ TEST(span_uct_config, copy_batch_bounds_fail_the_open_with_a_clear_line)
     const std::vector<std::pair<std::string, std::string>> bad = {
             {"SPAN_COPY_BATCH", "-1"}, {"SPAN_COPY_BATCH", "inf"},
             {"SPAN_COPY_BATCH", "-5"}, {"SPAN_COPY_BATCH", "1025"},
-            {"SPAN_COPY_BATCH_SIZE", "0"}};
+            {"SPAN_COPY_BATCH_SIZE", "0"}, {"SPAN_COPY_BURST_GAP", "2s"},
+            {"SPAN_COPY_BURST_GAP", "-1us"}};
     uct_component_h comp = find_component("span");
 
     ASSERT_NE(nullptr, comp);
@@ -205,7 +206,8 @@ TEST(span_uct_config, copy_batch_bounds_fail_the_open_with_a_clear_line)
         uct_config_release(config);
     }
     uct_md_h md = open_md(comp, "posix+", {{"SPAN_COPY_BATCH", "1024"},
-                                           {"SPAN_COPY_BATCH_SIZE", "1"}});
+                                           {"SPAN_COPY_BATCH_SIZE", "1"},
+                                           {"SPAN_COPY_BURST_GAP", "1s"}});
     EXPECT_NE(nullptr, md) << "the largest batch and the smallest bound";
     if (md != NULL) {
         uct_md_close(md);

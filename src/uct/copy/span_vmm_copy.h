@@ -10,7 +10,8 @@
  * while none of the engine's copies are queued goes at once, alone; the
  * ops posted while copies are queued are gathered, and queued together,
  * behind one signal, at a progress that finds none of the engine's copies
- * queued, at a flush, or once a batch is full of ops or of bytes (then
+ * queued (where another thread progresses, once the posting thread paused
+ * for the burst gap), at a flush, or once a batch is full of ops or of bytes (then
  * while the rest is still being posted): many small copies then cost
  * one launch, not one each, even where progress runs between the posts.
  * The ops of such a burst whose local buffers lie in the allocation of an

@@ -58,6 +58,9 @@ typedef struct span_vmm_copy_piece {
 typedef struct span_vmm_copy_params {
     unsigned batch_ops;   /* the most ops of one batch; below 2: none */
     size_t   batch_bytes; /* a batch is queued once it holds this many */
+    uint64_t burst_gap;   /* ns: a progress of a thread that did not post
+                             the last op queues the batch being filled
+                             once nothing was posted for this long */
     size_t   kernel_max;  /* the largest piece a vendor's copy kernel takes
                              (0: none does); larger ones take the copy
                              engine */

@@ -24,6 +24,7 @@ typedef struct span_md_config {
     size_t          vmm_widen;
     unsigned        copy_batch;
     size_t          copy_batch_size;
+    double          copy_burst_gap;
     size_t          copy_kernel_max;
     size_t          test_unit_size;
     unsigned        test_fail_reg;

@@ -131,6 +131,11 @@ ucs_status_t span_md_limits(span_md_t *smd, const span_md_config_t *config)
                   "byte, or 'inf' for no bound", smd);
         return UCS_ERR_INVALID_PARAM;
     }
+    if (!(config->copy_burst_gap >= 0) || (config->copy_burst_gap > 1.0)) {
+        ucs_error("span md %p: UCX_SPAN_COPY_BURST_GAP=%g s is not a time "
+                  "from 0 to 1s", smd, config->copy_burst_gap);
+        return UCS_ERR_INVALID_PARAM;
+    }
     smd->widen.max_bytes = (config->vmm_widen == UCS_MEMUNITS_INF) ?
                            UINT64_MAX : config->vmm_widen;
     smd->widen.max_units = span_md_widen_max_units();
@@ -138,6 +143,7 @@ ucs_status_t span_md_limits(span_md_t *smd, const span_md_config_t *config)
     smd->copy_params.batch_bytes = (config->copy_batch_size ==
                                     UCS_MEMUNITS_INF) ?
                                    SIZE_MAX : config->copy_batch_size;
+    smd->copy_params.burst_gap  = (uint64_t)(config->copy_burst_gap * 1e9);
     smd->copy_params.kernel_max = (config->copy_kernel_max ==
                                    UCS_MEMUNITS_INF) ?
                                   SIZE_MAX : config->copy_kernel_max;

@@ -11,11 +11,16 @@ the Python package `ucx_span` (python/ucx_span):
     ucx_span/lib/libspan_impl.so             the component, loaded by it
 
 The plugin links no UCX; building it needs the UCX 1.22 headers, from the
-libucx-cu13 wheel, and cuda.h for the CUDA resolver, from
-nvidia-cuda-runtime (both asked for as build requirements, so the frontend
-installs them into its build environment); SPAN_UCX_PREFIX and
-SPAN_CUDA_PREFIX (or `no`) name installations to use instead. Building
-needs gcc, make, autoconf, automake and libtool (Debian packages).
+libucx-cu13 wheel, cuda.h for the CUDA resolver, from nvidia-cuda-runtime,
+and nvcc for the copy kernel of CUDA batches, from nvidia-cuda-nvcc (with
+the nvidia-nvvm and nvidia-cuda-crt it runs with), all asked for as build
+requirements, so the frontend installs them into its build environment:
+the wheel batches as a build from source with the CUDA toolkit does, with
+no CUDA toolkit of the machine. SPAN_UCX_PREFIX and SPAN_CUDA_PREFIX (or
+`no`) name installations to use instead (configure then takes the nvcc of
+that CUDA, if it has one); SPAN_NVCC names another nvcc, or `no`: a wheel
+without the copy kernel. Building needs gcc, make, autoconf, automake and
+libtool (Debian packages).
 
 The wheel is tagged py3-none-manylinux_2_28_x86_64, as NIXL's nixl-cu13:
 it holds no Python extension, and the libraries are bound to the symbols
@@ -64,13 +69,17 @@ MOVED_TO_LIBC = {
 }
 UCX_REQUIREMENT = "libucx-cu13==1.22.0"
 CUDA_REQUIREMENT = "nvidia-cuda-runtime==13.0.96"
+# nvcc of the same CUDA (13.0 update 2); it asks for nvvm (cicc) and crt
+# (its headers) unpinned, so they are pinned here too
+NVCC_REQUIREMENTS = ("nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88",
+                     "nvidia-cuda-crt==13.0.88")
 # what the wheel holds of $(libdir)/ucx after make install, as files
 LIBS = ("libuct_span.so", "libuct_span.so.0", "libuct_span.so.0.0.0",
         "libspan_impl.so")
 # the sources the plugin's build reads (an sdist holds these too)
 SOURCE_FILES = ("configure.ac", "Makefile.am", "autogen.sh", "README.md",
                 "pyproject.toml", "test/CTestTestfile.cmake.in")
-SOURCE_TREES = (("src", (".c", ".h")), ("python/ucx_span", (".py",)),
+SOURCE_TREES = (("src", (".c", ".h", ".cu")), ("python/ucx_span", (".py",)),
                 ("contrib/wheel", (".py", ".h")))
 # zip and tar entries get one fixed date: the same sources, the same archive
 EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -127,10 +136,15 @@ def _ucx_prefix():
     return prefix
 
 
-def _cuda_configure_arg():
+def _cuda_configure_args():
+    """configure's arguments for CUDA: --with-cuda and NVCC (the nvcc of
+    the build environment's nvidia-cuda-nvcc, named even where the machine
+    has a CUDA toolkit of its own, so that the wheel is built alike
+    everywhere)."""
     prefix = _prefix_from_env("SPAN_CUDA_PREFIX")
+    nvcc = _prefix_from_env("SPAN_NVCC")
     if prefix == "no":
-        return "--without-cuda"
+        return ["--without-cuda"]
     if prefix is None:
         site = _site_dir_with("nvidia/cu13/include/cuda.h")
         if site is None:
@@ -139,7 +153,18 @@ def _cuda_configure_arg():
                 "SPAN_CUDA_PREFIX (no: without the CUDA resolver)"
                 % CUDA_REQUIREMENT)
         prefix = os.path.join(site, "nvidia", "cu13")
-    return "--with-cuda=" + prefix
+        if nvcc is None:
+            site = _site_dir_with("nvidia/cu13/bin/nvcc")
+            if site is None:
+                raise RuntimeError(
+                    "no nvcc: install %s into the build environment, or "
+                    "set SPAN_NVCC (no: without the copy kernel)"
+                    % " ".join(NVCC_REQUIREMENTS))
+            nvcc = os.path.join(site, "nvidia", "cu13", "bin", "nvcc")
+    args = ["--with-cuda=" + prefix]
+    if nvcc is not None:
+        args.append("NVCC=" + nvcc)
+    return args
 
 
 def _source_paths(root):
@@ -201,8 +226,9 @@ def _build_plugin(root, tmp):
     env = {k: v for k, v in os.environ.items()
            if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     _run(["sh", "autogen.sh"], src, env)
-    _run(["./configure", "--with-ucx=" + _ucx_prefix(), _cuda_configure_arg(),
-          "--with-nixl-ucx=no", "--disable-static",
+    _run(["./configure", "--with-ucx=" + _ucx_prefix()] +
+         _cuda_configure_args() +
+         ["--with-nixl-ucx=no", "--disable-static",
           "CFLAGS=-O2 -include " + compat,
           # before libc on the link line: their symbols bind to them
           "LDFLAGS=-Wl,--no-as-needed," + ",".join(stand_ins)], src, env)
@@ -329,6 +355,8 @@ def get_requires_for_build_wheel(config_settings=None):
         reqs.append(UCX_REQUIREMENT)
     if _prefix_from_env("SPAN_CUDA_PREFIX") is None:
         reqs.append(CUDA_REQUIREMENT)
+        if _prefix_from_env("SPAN_NVCC") is None:
+            reqs.extend(NVCC_REQUIREMENTS)
     return reqs
 
 

@@ -23,8 +23,10 @@ python=${SPAN_PYTHON:-python3}
 wheelhouse=${SPAN_WHEELHOUSE:-$top/.span-deps/wheelhouse}
 pins=(libucx-cu13==1.22.0 nixl-cu13==1.5.1 numpy==2.2.6)
 # what pip installs into the wheel's build environment besides libucx-cu13
-# (contrib/wheel/span_wheel_backend.py), and the checker
-build_pins=(nvidia-cuda-runtime==13.0.96)
+# (contrib/wheel/span_wheel_backend.py: cuda.h, and nvcc for the copy
+# kernel), and the checker
+build_pins=(nvidia-cuda-runtime==13.0.96 nvidia-cuda-nvcc==13.0.88
+            nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88)
 tools=(auditwheel==6.8.2)
 start=$SECONDS
 
@@ -86,7 +88,7 @@ ucx_span-*-py3-none-manylinux_2_28_x86_64.whl) ;;
 *) fail "wheel named $(basename "$whl"), not" \
         "ucx_span-VERSION-py3-none-manylinux_2_28_x86_64.whl" ;;
 esac
-step "built $(basename "$whl")"
+step "built $(basename "$whl") ($(stat -c %s "$whl") bytes)"
 
 # What it holds: the plugin under the three names UCX may look for, the
 # component beside it, nothing of UCX, no run path
@@ -110,6 +112,38 @@ for lib in "$tmp"/x/ucx_span/lib/*; do
         fail "$(basename "$lib") links UCX or has a run path"
     fi
 done
+# The copy kernel of CUDA batches: libspan_impl.so embeds a fat binary of
+# the architectures Makefile.am's SPAN_NVCC_GENCODE names, as a source build
+# with nvcc does (an image per sm_XX, PTX for compute_XX)
+"$tmp/tools/bin/python" - "$tmp/x/ucx_span/lib/libspan_impl.so" \
+    "$top/Makefile.am" >"$tmp/log" 2>&1 <<'EOF' ||
+import re, struct, sys
+lib = open(sys.argv[1], "rb").read()
+gencode = re.search(r"^SPAN_NVCC_GENCODE *=((?:.*\\\n)*.*)$",
+                    open(sys.argv[2]).read(), re.M).group(1)
+want = sorted(kind + "_" + arch for kind, arch
+              in re.findall(r"code=(sm|compute)_(\d+)", gencode))
+# The fat binary's header: magic, version 1, its own size (16), the size of
+# the entries after it; each entry: kind (1 PTX, 2 ELF), version, its
+# header's size, its payload's size, and at 28 the architecture
+at = lib.find(struct.pack("<IHH", 0xba55ed50, 1, 16))
+if at < 0:
+    sys.exit("libspan_impl.so holds no fat binary: the wheel has no copy "
+             "kernel (built without nvcc?)")
+size, = struct.unpack_from("<Q", lib, at + 8)
+got, entry = [], at + 16
+while entry < at + 16 + size:
+    kind, _, header, payload = struct.unpack_from("<HHIQ", lib, entry)
+    arch, = struct.unpack_from("<I", lib, entry + 28)
+    got.append("%s_%d" % ({1: "compute", 2: "sm"}.get(kind, kind), arch))
+    entry += header + payload
+if not want or sorted(got) != want:
+    sys.exit("the copy kernel of libspan_impl.so is built for %s, a source "
+             "build's for %s" % (" ".join(sorted(got)), " ".join(want)))
+print(" ".join(got))
+EOF
+    { cat "$tmp/log"; fail "the wheel's copy kernel"; }
+step "libspan_impl.so has the copy kernel: $(cat "$tmp/log")"
 "$tmp/tools/bin/auditwheel" show "$whl" >"$tmp/log" 2>&1 ||
     { cat "$tmp/log"; fail "auditwheel show failed"; }
 tag=$(tr '\n' ' ' <"$tmp/log" | grep -o 'platform tag: *"[^"]*"' |

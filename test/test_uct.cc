@@ -164,19 +164,25 @@ TEST_P(span_uct, zcopy_of_several_entries_is_checked_whole)
             continue;
         }
         log_counter logs;
-        completion c;
+        completion c[4];
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_put_zcopy(ep, iov.data(), n, raddr(size - total + 1),
-                                   rkey.rkey, &c.super)) << n << " entries";
+                  outcome(uct_ep_put_zcopy(ep, iov.data(), n,
+                                           raddr(size - total + 1), rkey.rkey,
+                                           &c[0].super), c[0]))
+                << n << " entries";
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_get_zcopy(ep, iov.data(), n, raddr(size - 128),
-                                   rkey.rkey, &c.super)) << n << " entries";
+                  outcome(uct_ep_get_zcopy(ep, iov.data(), n,
+                                           raddr(size - 128), rkey.rkey,
+                                           &c[1].super), c[1]))
+                << n << " entries";
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_put_zcopy(ep, wrap.data(), n, raddr(0), rkey.rkey,
-                                   &c.super)) << n << " entries";
+                  outcome(uct_ep_put_zcopy(ep, wrap.data(), n, raddr(0),
+                                           rkey.rkey, &c[2].super), c[2]))
+                << n << " entries";
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_get_zcopy(ep, wrap.data(), n, raddr(0), rkey.rkey,
-                                   &c.super)) << n << " entries";
+                  outcome(uct_ep_get_zcopy(ep, wrap.data(), n, raddr(0),
+                                           rkey.rkey, &c[3].super), c[3]))
+                << n << " entries";
         EXPECT_EQ(4u, logs.count("is outside the registered extent"))
                 << n << " entries";
     }
@@ -238,20 +244,21 @@ TEST_P(span_uct, out_of_bounds_is_refused)
         std::vector<uint8_t> dst(64);
         completion c;
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_get_bcopy(ep, unpack_cb, dst.data(), dst.size(),
-                                   raddr(size - 32), rkey.rkey, &c.super));
+                  outcome(uct_ep_get_bcopy(ep, unpack_cb, dst.data(),
+                                           dst.size(), raddr(size - 32),
+                                           rkey.rkey, &c.super), c));
     }
     if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY) {
         std::vector<uint8_t> local(4096, 0xff);
         uct_mem_h lmemh = reg(local.data(), local.size());
         uct_iov_t iov = {local.data(), local.size(), lmemh, 0, 1};
-        completion c;
+        completion c, g;
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_put_zcopy(ep, &iov, 1, raddr(size - 100), rkey.rkey,
-                                   &c.super));
+                  outcome(uct_ep_put_zcopy(ep, &iov, 1, raddr(size - 100),
+                                           rkey.rkey, &c.super), c));
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_get_zcopy(ep, &iov, 1, raddr(1) << 40, rkey.rkey,
-                                   &c.super));
+                  outcome(uct_ep_get_zcopy(ep, &iov, 1, raddr(1) << 40,
+                                           rkey.rkey, &g.super), g));
         dereg(lmemh);
     }
     if (iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_BCOPY) {
@@ -362,8 +369,9 @@ TEST_P(span_uct_iface_mem, rma_into_memory_the_twin_iface_allocated)
         uct_iov_t iov = {l, 8, local.memh, 0, 1};
         completion c;
         EXPECT_EQ(UCS_ERR_INVALID_ADDR,
-                  uct_ep_put_zcopy(ep, &iov, 1, raddr + target.length - 4,
-                                   key.rkey, &c.super));
+                  outcome(uct_ep_put_zcopy(ep, &iov, 1,
+                                           raddr + target.length - 4,
+                                           key.rkey, &c.super), c));
     }
     EXPECT_EQ(1u, logs.count("outside the registered extent"));
 

@@ -20,6 +20,7 @@
 
 #include "span_ep.h"
 #include "md/span_md.h"
+#include "ucx/span_ucx.h"
 
 /* UCX's profiling of the zero-copy ops, as its transports have it: on where
  * built with -DHAVE_PROFILING (UCX's own switch), free otherwise */
@@ -111,6 +112,22 @@ span_iov_translate(uct_iov_t *dst, const uct_iov_t *src, size_t iovcnt)
     return total;
 }
 
+/* An access span refused (status), of an op with a completion: where the
+ * UCX in the process fails a request only through the op's completion
+ * (1.18 and earlier abort the process on a zero-copy get whose op returns
+ * an error), reported there, from the next progress; else returned */
+static UCS_F_NOINLINE ucs_status_t span_ep_refuse(uct_ep_h ep,
+                                                  ucs_status_t status,
+                                                  uct_completion_t *comp)
+{
+    if ((status != UCS_ERR_INVALID_ADDR) || (comp == NULL) ||
+        !span_ucx->refuse_in_completion) {
+        return status;
+    }
+    return span_split_refuse(&span_iface_get(ep->iface)->queue, ep, comp,
+                             status);
+}
+
 /* For ops that cannot be split (AM, tag): an iov the translation refused */
 static ucs_status_t span_iov_refused(const uct_iov_t *iov, size_t iovcnt)
 {
@@ -151,9 +168,11 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
  * of its own; every other case takes the slow version, which checks chunks
  * (or an op with no key: span_ep_no_rkey) and finds the iface in the
  * table. The arguments after _params name the inner op's, with key for the
- * rkey.
+ * rkey; _comp is the completion a refusal may be reported through (NULL:
+ * always returned, as for atomics: no UCP release was read for how it
+ * takes an error in their completion).
  */
-#define SPAN_EP_WHOLE_OP(_op, _length, _params, ...) \
+#define SPAN_EP_WHOLE_OP(_op, _length, _comp, _params, ...) \
     static UCS_F_NOINLINE ucs_status_t span_ep_##_op##_slow _params \
     { \
         ucs_status_t status; \
@@ -164,7 +183,7 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
                  span_rkey_whole(span_rkey(rkey), remote_addr, _length, \
                                  &key); \
         if (ucs_unlikely(status != UCS_OK)) { \
-            return status; \
+            return span_ep_refuse(ep, status, _comp); \
         } \
         return span_iface_get(ep->iface)->ops.ep_##_op(__VA_ARGS__); \
     } \
@@ -182,51 +201,51 @@ span_rkey_whole_fast(const span_rkey_t *rkey, uint64_t addr, size_t length,
         return span_ep_##_op##_slow(__VA_ARGS__); \
     }
 
-SPAN_EP_WHOLE_OP(put_short, length,
+SPAN_EP_WHOLE_OP(put_short, length, NULL,
                  (uct_ep_h ep, const void *buffer, unsigned length,
                   uint64_t remote_addr, uct_rkey_t rkey),
                  ep, buffer, length, remote_addr, key)
 
-SPAN_EP_WHOLE_OP(get_short, length,
+SPAN_EP_WHOLE_OP(get_short, length, NULL,
                  (uct_ep_h ep, void *buffer, unsigned length,
                   uint64_t remote_addr, uct_rkey_t rkey),
                  ep, buffer, length, remote_addr, key)
 
-SPAN_EP_WHOLE_OP(get_bcopy, length,
+SPAN_EP_WHOLE_OP(get_bcopy, length, comp,
                  (uct_ep_h ep, uct_unpack_callback_t unpack_cb, void *arg,
                   size_t length, uint64_t remote_addr, uct_rkey_t rkey,
                   uct_completion_t *comp),
                  ep, unpack_cb, arg, length, remote_addr, key, comp)
 
-SPAN_EP_WHOLE_OP(atomic_cswap64, sizeof(uint64_t),
+SPAN_EP_WHOLE_OP(atomic_cswap64, sizeof(uint64_t), NULL,
                  (uct_ep_h ep, uint64_t compare, uint64_t swap,
                   uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
                   uct_completion_t *comp),
                  ep, compare, swap, remote_addr, key, result, comp)
 
-SPAN_EP_WHOLE_OP(atomic_cswap32, sizeof(uint32_t),
+SPAN_EP_WHOLE_OP(atomic_cswap32, sizeof(uint32_t), NULL,
                  (uct_ep_h ep, uint32_t compare, uint32_t swap,
                   uint64_t remote_addr, uct_rkey_t rkey, uint32_t *result,
                   uct_completion_t *comp),
                  ep, compare, swap, remote_addr, key, result, comp)
 
-SPAN_EP_WHOLE_OP(atomic32_post, sizeof(uint32_t),
+SPAN_EP_WHOLE_OP(atomic32_post, sizeof(uint32_t), NULL,
                  (uct_ep_h ep, unsigned opcode, uint32_t value,
                   uint64_t remote_addr, uct_rkey_t rkey),
                  ep, opcode, value, remote_addr, key)
 
-SPAN_EP_WHOLE_OP(atomic64_post, sizeof(uint64_t),
+SPAN_EP_WHOLE_OP(atomic64_post, sizeof(uint64_t), NULL,
                  (uct_ep_h ep, unsigned opcode, uint64_t value,
                   uint64_t remote_addr, uct_rkey_t rkey),
                  ep, opcode, value, remote_addr, key)
 
-SPAN_EP_WHOLE_OP(atomic32_fetch, sizeof(uint32_t),
+SPAN_EP_WHOLE_OP(atomic32_fetch, sizeof(uint32_t), NULL,
                  (uct_ep_h ep, unsigned opcode, uint32_t value,
                   uint32_t *result, uint64_t remote_addr, uct_rkey_t rkey,
                   uct_completion_t *comp),
                  ep, opcode, value, result, remote_addr, key, comp)
 
-SPAN_EP_WHOLE_OP(atomic64_fetch, sizeof(uint64_t),
+SPAN_EP_WHOLE_OP(atomic64_fetch, sizeof(uint64_t), NULL,
                  (uct_ep_h ep, unsigned opcode, uint64_t value,
                   uint64_t *result, uint64_t remote_addr, uct_rkey_t rkey,
                   uct_completion_t *comp),
@@ -374,7 +393,7 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
         }
         status = span_ep_no_rkey(ep, remote_addr, length, rkey);
         if (status != UCS_OK) {
-            return status;
+            return span_ep_refuse(ep, status, comp);
         }
         zcopy = is_put ? span_iface_get(ep->iface)->ops.ep_put_zcopy :
                          span_iface_get(ep->iface)->ops.ep_get_zcopy;
@@ -384,7 +403,7 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                       (length == SIZE_MAX) ?
                                       span_iov_length(iov, iovcnt) :
                                       length))) {
-        return UCS_ERR_INVALID_ADDR;
+        return span_ep_refuse(ep, UCS_ERR_INVALID_ADDR, comp);
     }
     if (ucs_likely((length != SIZE_MAX) && (srkey->vmm == NULL))) {
         inner = span_rkey_inner(srkey, remote_addr, &avail);

@@ -201,14 +201,37 @@ static unsigned span_split_progress(void *arg)
     return span_split_queue_issue(arg);
 }
 
+static void span_split_enqueue(span_split_queue_t *queue, span_split_t *split)
+{
+    ucs_list_add_tail(&queue->deferred, &split->list);
+    uct_worker_progress_register_safe(queue->worker, span_split_progress,
+                                      queue, 0, &queue->cb_id);
+}
+
 static void span_split_defer(span_split_queue_t *queue, span_split_t *split)
 {
     ucs_debug("span split: split op %p defers its pieces from %u on [0x%" PRIx64
               ", +%zu): no resource", split, split->pieces + 1,
               split->remote_addr, split->remaining);
-    ucs_list_add_tail(&queue->deferred, &split->list);
-    uct_worker_progress_register_safe(queue->worker, span_split_progress,
-                                      queue, 0, &queue->cb_id);
+    span_split_enqueue(queue, split);
+}
+
+ucs_status_t span_split_refuse(span_split_queue_t *queue, uct_ep_h ep,
+                               uct_completion_t *comp, ucs_status_t status)
+{
+    span_split_t *split = calloc(1, sizeof(*split));
+
+    if (split == NULL) {
+        return status;
+    }
+    /* nothing left to issue: its first progress completes it with status */
+    split->super.func   = span_split_done;
+    split->super.count  = 1;
+    split->super.status = status;
+    split->comp         = comp;
+    split->ep           = ep;
+    span_split_enqueue(queue, split);
+    return UCS_INPROGRESS;
 }
 
 void span_split_queue_init(span_split_queue_t *queue, uct_worker_h worker,

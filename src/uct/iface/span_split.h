@@ -58,6 +58,12 @@ unsigned span_split_queue_issue(span_split_queue_t *queue);
 /* Whether ep (or any ep where NULL) has deferred pieces */
 int span_split_queue_busy(const span_split_queue_t *queue, uct_ep_h ep);
 
+/* Reports status (a refused access) through comp, from the worker's
+ * progress, in order with the deferred ops: UCS_INPROGRESS, or status
+ * itself where no memory is left to defer it */
+ucs_status_t span_split_refuse(span_split_queue_t *queue, uct_ep_h ep,
+                               uct_completion_t *comp, ucs_status_t status);
+
 ucs_status_t span_split_zcopy(span_split_queue_t *queue, uct_ep_h ep,
                               uct_ep_put_zcopy_func_t zcopy, size_t max_iov,
                               const uct_iov_t *iov, size_t iovcnt,

@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * span_mpi_rma: MPI one-sided traffic between two ranks, every byte of
- * every window and of every result buffer checked. Rank 0 is the origin,
- * rank 1 the target. It runs under whatever UCX_TLS the caller sets, so
- * test/mpi/run.sh runs it natively and over span's twins and compares.
+ * every window and of every result buffer checked, and with --p2p
+ * point-to-point messages before it. Rank 0 is the origin (the sender),
+ * rank 1 the target (the receiver). It runs under whatever UCX_TLS the
+ * caller sets, so test/mpi/run.sh (Open MPI) and test/mpich/run.sh (MPICH)
+ * run it natively and over span's twins and compare.
  *
- *   span_mpi_rma                 the suite: a table row per (window, op,
- *                                sync); exit 0 when every row passed
+ *   span_mpi_rma [--p2p]         the suite: a table row per (window, op,
+ *                                sync); exit 0 when every row passed.
+ *                                --p2p: first a table row per (buffer,
+ *                                call, order) of point-to-point messages
  *   span_mpi_rma --oob put|get FILE
  *                                one MPI_Put or MPI_Get past a window's
  *                                end; the target's window and the guard
@@ -27,6 +31,16 @@
  * every case the window holds pat(i, SEED_WIN); the target checks all of
  * it after the case, the origin its result buffer and the guards around
  * it, and the target then restores the range the case touched.
+
+ *
+ * Messages: 0 bytes to 64 MiB (UCP's eager and rendezvous protocols both),
+ * sent from a buffer at an odd address or as a strided vector (every other
+ * byte: the MPI library packs it), received into a buffer at an odd
+ * address with guards each side; the receive posted before the send, the
+ * send unexpected (the receiver probes until its envelope has arrived) or
+ * matched by MPI_Mprobe on any source and tag, and MPI_Sendrecv both ways
+ * at once. The receiver checks every byte, the guards, the status's
+ * source, tag and count; the sender that its buffer is unchanged.
  */
 #include <mpi.h>
 
@@ -120,6 +134,20 @@ static void die(const char *what, int rc)
     MPI_Error_string(rc, msg, &len);
     fprintf(stderr, "rank %d: %s: %s\n", rank, what, msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* MPI_Error_string writes up to MPI_MAX_ERROR_STRING bytes (512 in
+ * MPICH): into a smaller buffer through one of that size, cut short */
+static void error_text(int rc, char *out, size_t max)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    size_t n;
+
+    MPI_Error_string(rc, msg, &len);
+    n = strnlen(msg, max - 1);
+    memcpy(out, msg, n);
+    out[n] = '\0';
 }
 
 #define CHECK_MPI(call) \
@@ -306,10 +334,9 @@ static void run_case(const rma_case_t *c, window_t *w, int sync, uint8_t *src,
         break;
     }
     if ((rc != MPI_SUCCESS) || (rc2 != MPI_SUCCESS)) {
-        int len = 0;
-
         mine[2] = 1;
-        MPI_Error_string((rc != MPI_SUCCESS) ? rc : rc2, row->error, &len);
+        error_text((rc != MPI_SUCCESS) ? rc : rc2, row->error,
+                   sizeof(row->error));
     }
     /* the origin's epoch is over: the target's memory is final */
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
@@ -462,6 +489,262 @@ static int run_suite(void)
     }
     free(src);
     free(res);
+    return failed;
+}
+
+/* --p2p: point-to-point messages. The sizes: empty, below UCP's eager
+ * thresholds, around them, and far past them (rendezvous). */
+static const size_t p2p_sizes[] = {0, 1, PAGE + 3, 64 * 1024 + 3, MIB + 3,
+                                   64 * MIB};
+#define NUM_P2P_SIZES (sizeof(p2p_sizes) / sizeof(p2p_sizes[0]))
+
+enum { BUF_CONTIG, BUF_VECTOR, NUM_BUFS };
+enum { CALL_SEND, CALL_SSEND, CALL_ISEND, CALL_SENDRECV, NUM_CALLS };
+enum { ORDER_POSTED, ORDER_UNEXPECTED, ORDER_MPROBE, ORDER_EXCHANGE };
+
+static const char *buf_names[]   = {"contig (odd)", "vector (odd)"};
+static const char *call_names[]  = {"send", "ssend", "isend", "sendrecv"};
+static const char *order_names[] = {"posted", "unexpected", "mprobe any",
+                                    "exchange"};
+
+/* The sender's buffer: contiguous, byte i = pat(i, seed); or a vector of
+ * n single bytes with a stride of 2, byte 2i = pat(i, seed) and the bytes
+ * between the guard fill */
+static void p2p_fill_src(int buf, uint8_t *src, size_t n, unsigned seed)
+{
+    if (buf == BUF_CONTIG) {
+        fill(src, 0, n, seed);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        src[2 * i] = pat(i, seed);
+        if (i + 1 < n) {
+            src[2 * i + 1] = FILL_GUARD;
+        }
+    }
+}
+
+/* Bytes of the sender's buffer that changed */
+static size_t p2p_check_src(int buf, const uint8_t *src, size_t n,
+                            unsigned seed, size_t *checked)
+{
+    size_t bad = 0;
+
+    if (buf == BUF_CONTIG) {
+        *checked += n;
+        return count_bad(src, 0, n, seed);
+    }
+    for (size_t i = 0; i < n; i++) {
+        bad += (src[2 * i] != pat(i, seed));
+        if (i + 1 < n) {
+            bad += (src[2 * i + 1] != FILL_GUARD);
+        }
+    }
+    *checked += n ? (2 * n - 1) : 0;
+    return bad;
+}
+
+/* Bytes of the receiver's buffer (and the guards around it) wrong */
+static size_t p2p_check_res(const uint8_t *res_guarded, size_t n,
+                            unsigned seed, size_t *checked)
+{
+    size_t bad = count_not(res_guarded, RES_GUARD, FILL_RES);
+
+    bad += count_bad(res_guarded + RES_GUARD, 0, n, seed);
+    bad += count_not(res_guarded + RES_GUARD + n, RES_GUARD, FILL_RES);
+    *checked += n + 2 * RES_GUARD;
+    return bad;
+}
+
+/* A status that does not say: from the peer, with the tag, n bytes */
+static int p2p_bad_status(const MPI_Status *st, int peer, int tag, size_t n,
+                          char *error, size_t max)
+{
+    int count = -1;
+
+    MPI_Get_count(st, MPI_BYTE, &count);
+    if ((st->MPI_SOURCE == peer) && (st->MPI_TAG == tag) &&
+        (count == (int)n)) {
+        return 0;
+    }
+    snprintf(error, max, "status: source %d tag %d count %d, expected "
+             "%d %d %zu", st->MPI_SOURCE, st->MPI_TAG, count, peer, tag, n);
+    return 1;
+}
+
+static int p2p_send(int call, const void *buf, int count, MPI_Datatype type,
+                    int tag)
+{
+    MPI_Request req;
+    int rc;
+
+    switch (call) {
+    case CALL_SEND:
+        return MPI_Send(buf, count, type, 1, tag, MPI_COMM_WORLD);
+    case CALL_SSEND:
+        return MPI_Ssend(buf, count, type, 1, tag, MPI_COMM_WORLD);
+    default:
+        rc = MPI_Isend(buf, count, type, 1, tag, MPI_COMM_WORLD, &req);
+        return (rc == MPI_SUCCESS) ? MPI_Wait(&req, MPI_STATUS_IGNORE) : rc;
+    }
+}
+
+/* One message of n bytes (two for MPI_Sendrecv) */
+static void p2p_case(int buf, int call, int order, size_t n, int tag,
+                     uint8_t *src, uint8_t *res_guarded, row_t *row)
+{
+    size_t mine[3] = {0, 0, 0}, all[3]; /* checked, bad, errors */
+    uint8_t *res   = res_guarded + RES_GUARD;
+    unsigned seed  = SEED_SRC + (unsigned)rank; /* what this rank sends */
+    int peer       = 1 - rank, count = n ? 1 : 0, rc = MPI_SUCCESS, flag;
+    int sends      = (rank == 0) || (order == ORDER_EXCHANGE);
+    int receives   = (rank == 1) || (order == ORDER_EXCHANGE);
+    int probe_bad  = 0;
+    char error[sizeof(row->error)] = "";
+    MPI_Datatype type;
+    MPI_Request req;
+    MPI_Message msg;
+    MPI_Status st;
+
+    /* one element of n bytes: contiguous, or every other byte */
+    if (buf == BUF_CONTIG) {
+        CHECK_MPI(MPI_Type_contiguous((int)n, MPI_BYTE, &type));
+    } else {
+        CHECK_MPI(MPI_Type_vector((int)n, 1, 2, MPI_BYTE, &type));
+    }
+    CHECK_MPI(MPI_Type_commit(&type));
+    p2p_fill_src(buf, src, n, seed);
+    memset(res_guarded, FILL_RES, n + 2 * RES_GUARD);
+    memset(&st, 0, sizeof(st));
+
+    if (order == ORDER_EXCHANGE) {
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        rc = MPI_Sendrecv(src, count, type, peer, tag, res, (int)n, MPI_BYTE,
+                          peer, tag, MPI_COMM_WORLD, &st);
+    } else if (rank == 0) {
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        rc = p2p_send(call, src, count, type, tag);
+    } else if (order == ORDER_POSTED) {
+        rc = MPI_Irecv(res, (int)n, MPI_BYTE, 0, tag, MPI_COMM_WORLD, &req);
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        if (rc == MPI_SUCCESS) {
+            rc = MPI_Wait(&req, &st);
+        }
+    } else if (order == ORDER_UNEXPECTED) {
+        /* its envelope has arrived before the receive is posted */
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        do {
+            rc = MPI_Iprobe(0, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        } while ((rc == MPI_SUCCESS) && !flag);
+        if (rc == MPI_SUCCESS) {
+            rc = MPI_Recv(res, (int)n, MPI_BYTE, 0, tag, MPI_COMM_WORLD, &st);
+        }
+    } else {
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        rc = MPI_Mprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &msg,
+                        &st);
+        if (rc == MPI_SUCCESS) {
+            /* what the probe said, then the receive's own status */
+            probe_bad = p2p_bad_status(&st, 0, tag, n, error, sizeof(error));
+            rc        = MPI_Mrecv(res, (int)n, MPI_BYTE, &msg, &st);
+        }
+    }
+
+    if (rc != MPI_SUCCESS) {
+        error_text(rc, error, sizeof(error));
+        mine[2] = 1;
+    } else if (receives) {
+        mine[2] = probe_bad ||
+                  p2p_bad_status(&st, peer, tag, n, error, sizeof(error));
+    }
+    if (sends) {
+        mine[1] = p2p_check_src(buf, src, n, seed, &mine[0]);
+    }
+    if (receives) {
+        mine[1] += p2p_check_res(res_guarded, n, SEED_SRC + (unsigned)peer,
+                                 &mine[0]);
+    }
+    CHECK_MPI(MPI_Type_free(&type));
+    CHECK_MPI(MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_SUM,
+                            MPI_COMM_WORLD));
+    /* the receiver's error, when it has one, goes to the origin's row */
+    if (rank == 1) {
+        CHECK_MPI(MPI_Send(error, sizeof(error), MPI_CHAR, 0, 0,
+                           MPI_COMM_WORLD));
+    } else {
+        char peer_error[sizeof(error)];
+
+        CHECK_MPI(MPI_Recv(peer_error, sizeof(peer_error), MPI_CHAR, 1, 0,
+                           MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        if (error[0] != '\0') {
+            memcpy(row->error, error, sizeof(error));
+        } else if (peer_error[0] != '\0') {
+            snprintf(row->error, sizeof(row->error), "receiver: %.100s",
+                     peer_error);
+        }
+    }
+    row->cases++;
+    row->checked += all[0];
+    row->bad     += all[1];
+    row->errors  += all[2];
+}
+
+static int run_p2p(void)
+{
+    size_t max = p2p_sizes[NUM_P2P_SIZES - 1];
+    /* the vector's bytes, and an odd address each */
+    uint8_t *src_mem = malloc(2 * max + 1);
+    uint8_t *res_mem = malloc(max + 2 * RES_GUARD + 1);
+    int failed = 0, tag = 0;
+
+    if ((src_mem == NULL) || (res_mem == NULL)) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    /* a failed call is a row's result, not the job's end */
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    if (rank == 0) {
+        printf("| buffer        | call             | order       | cases "
+               "| bytes checked | result |\n"
+               "|---------------|------------------|-------------|-------"
+               "|---------------|--------|\n");
+        fflush(stdout);
+    }
+    for (int buf = 0; buf < NUM_BUFS; buf++) {
+        for (int call = 0; call < NUM_CALLS; call++) {
+            int first = (call == CALL_SENDRECV) ? ORDER_EXCHANGE :
+                        ORDER_POSTED;
+            int last  = (call == CALL_SENDRECV) ? ORDER_EXCHANGE :
+                        ORDER_MPROBE;
+
+            for (int order = first; order <= last; order++) {
+                row_t row;
+
+                memset(&row, 0, sizeof(row));
+                for (size_t i = 0; i < NUM_P2P_SIZES; i++) {
+                    p2p_case(buf, call, order, p2p_sizes[i], ++tag,
+                             src_mem + 1, res_mem + 1, &row);
+                }
+                if (rank == 0) {
+                    int ok = (row.bad == 0) && (row.errors == 0);
+
+                    failed |= !ok;
+                    printf("| %-13s | %-16s | %-11s | %5zu | %13zu | %-6s |"
+                           "%s%s\n", buf_names[buf], call_names[call],
+                           order_names[order], row.cases, row.checked,
+                           ok ? "pass" : "FAIL", ok ? "" : " ",
+                           ok ? "" : row.error);
+                    if (row.bad) {
+                        printf("  %zu bytes wrong\n", row.bad);
+                    }
+                    fflush(stdout);
+                }
+            }
+        }
+    }
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    free(src_mem);
+    free(res_mem);
     return failed;
 }
 
@@ -625,6 +908,9 @@ int main(int argc, char **argv)
         ret = run_oob(argv[2], argv[3]);
     } else if ((argc >= 2) && !strcmp(argv[1], "--dyn-last")) {
         ret = run_dyn_last((argc == 3) && !strcmp(argv[2], "pad"));
+    } else if ((argc == 2) && !strcmp(argv[1], "--p2p")) {
+        ret = run_p2p();
+        ret |= run_suite();
     } else {
         ret = run_suite();
     }

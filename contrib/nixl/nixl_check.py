@@ -59,7 +59,9 @@ import argparse
 import gc
 import os
 import pickle
+import select
 import random
+import re
 import socket
 import statistics
 import struct
@@ -300,6 +302,11 @@ def target_main(sock, args):
     send(sock, {"meta": agent.get_agent_metadata(), "addr": mem.addr(buf),
                 "size": size, "devid": mem.devid(buf), "kind": mem.kind})
     while True:
+        if args.prog_thread == "off":
+            # no thread of NIXL's progresses the target's UCX (connections
+            # it is asked for): its loop does, while nothing is asked
+            while not select.select([sock], [], [], 0.001)[0]:
+                agent.get_new_notifs()
         msg = recv(sock)
         if msg["cmd"] == "fill":
             buf[:] = mem.pattern(size, msg["seed"])
@@ -676,6 +683,10 @@ def run_initiator(args, tls, alloc, procs, b):
         res = pickle.loads(result)
         res["lanes"] = proto_lanes(
             out, "inter-node" if args.connect else "intra-node")
+        # span's engine at its end (UCX_LOG_LEVEL=info): ops per launch
+        res["engine"] = [l.split(" INFO ", 1)[-1].strip()
+                         for l in out.splitlines()
+                         if re.search(r"span \w+ copy 0x\w+: \d+ ops:", l)]
         return res
     except Exception:  # none, or cut short by a crash or the timeout
         pass
@@ -781,7 +792,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     rc = 0
     results = {}
-    lanes, colds, lefts = [], [], []
+    lanes, colds, lefts, engines = [], [], [], []
     # what the twin carries whatever the native transport did
     always = {"put"} | ({"get"} if gpu_has_nvlink() else set()) \
         if args.gpu else set()
@@ -804,6 +815,8 @@ def main():
                              for op in ("put", "get"))))
             for r in rows[tls]:
                 results[(alloc, tls, r["op"])] = r
+            engines += ["%s, UCX_TLS=%s: %s" % (mode, tls, e)
+                        for e in res.get("engine", [])]
         line, bad = leftovers(left_of[native], left_of[twin])
         lefts.append("%s, UCX_TLS=%s: %s" % (mode, twin, line))
         rc |= bad
@@ -852,6 +865,11 @@ def main():
           "before the agent, target/initiator; exports still listed):")
     for line in lefts:
         print("- " + line)
+    if engines:
+        print("\nspan's copy engine in the initiator, every transfer of the "
+              "pair (UCX_LOG_LEVEL=info):")
+        for line in engines:
+            print("- " + line)
     print("\nCold start: add_remote_agent to the first whole READ done:")
     for line in colds:
         print("- " + line)

@@ -20,7 +20,8 @@
 #  P. put/get sweep 4-256 MiB: VMM of 2 and 20 MiB handles (twin) vs
 #     cudaMalloc (native), issue 12's table;
 #  N. NIXL as the client (contrib/nixl/nixl_check.py --gpu, GPU 0 -> 0 and
-#     0 -> 1 where there are two; its KV-cache rows), where .gpu/nixlpy has
+#     0 -> 1 where there are two; its KV-cache rows; NIXL's progress thread
+#     on and off; span's launches per transfer), where .gpu/nixlpy has
 #     contrib/nixl/nixl_bundle.sh's copy of NIXL.
 #  F. fresh pairs: ucx_perftest -m cuda -t ucp_get, a new server and client
 #     each time, SPAN_FRESH_PAIRS of them (default 50) over the twin with
@@ -375,12 +376,17 @@ echo "## N. NIXL as the client: its UCX backend, native vs twin, PyTorch tensors
 if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
     nixl_unpack
     # GPU 0 -> 0, and 0 -> 1 where there are two
+    # with NIXL's progress thread (its default) and without; span's engine
+    # logs its launches at info
     for g in 0,0 $([ "$ngpus" -ge 2 ] && echo 0,1); do
-        echo "### initiator on GPU ${g%,*}, target on GPU ${g#*,}"
-        PYTHONPATH=$tmp/span_nixl/py python3 \
-            "$top/contrib/nixl/nixl_check.py" --gpu --gpus "$g" --runs "$runs"
-        r=$?
-        [ $r -eq 77 ] || rc=$((rc | r))
+        for th in on off; do
+            echo "### initiator on GPU ${g%,*}, target on GPU ${g#*,}, NIXL's progress thread $th"
+            PYTHONPATH=$tmp/span_nixl/py UCX_LOG_LEVEL=info python3 \
+                "$top/contrib/nixl/nixl_check.py" --gpu --gpus "$g" \
+                --runs "$runs" --prog-thread "$th"
+            r=$?
+            [ $r -eq 77 ] || rc=$((rc | r))
+        done
     done
 else
     echo "(no .gpu/nixlpy: contrib/nixl/nixl_bundle.sh makes it)"

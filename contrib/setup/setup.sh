@@ -56,7 +56,7 @@ echo "setup: UCX $ucx_wheel_version in $ucx_prefix"
 # (libucx-cu12, which carries ucx_info and ucx_perftest), unpacked as the
 # 1.22 one into .span-deps/ucx-<version>: the releases leg of make check
 # (test/releases/run.sh) runs span in each. Failing to get one fails setup.
-ucx_releases=${SPAN_UCX_RELEASES-1.16.0.post2 1.17.0 1.18.1 1.19.0 1.20.1 1.21.0}
+ucx_releases=${SPAN_UCX_RELEASES-1.14.1.post1 1.15.0.post1 1.16.0.post2 1.17.0 1.18.1 1.19.0 1.20.1 1.21.0}
 for v in $ucx_releases; do
     prefix="$deps/ucx-$v"
     [ -f "$prefix/.wheel-$v.2" ] && continue

@@ -173,6 +173,10 @@ ucs_status_t uct_md_mkey_pack_v2(uct_md_h md, uct_mem_h memh, void *address,
 
 /* --- uct/base/uct_component.h ------------------------------------------- */
 
+/* uct_component_t and uct_tl_t as 1.16 and later lay them out; 1.14 and
+ * 1.15 in span_ucx_1_15.h, reached through span_ucx_component_* and
+ * span_ucx_tl_* */
+
 typedef struct uct_component uct_component_t;
 
 struct uct_component {

@@ -77,6 +77,32 @@ for v in $ucx_releases; do
 done
 echo "setup: UCX releases ${ucx_releases:-none} in $deps/ucx-<version>"
 
+# Debian 12's own UCX 1.13.1 (libucx0, and ucx-utils for ucx_info), for the
+# releases leg too: its packages unpacked, not installed, into
+# .span-deps/ucx-1.13.1 (lib/ holds its modules in ucx/, as the wheels')
+debian_ucx=${SPAN_DEBIAN_UCX-1.13.1-1}
+for dv in $debian_ucx; do
+    v=${dv%-*}
+    prefix="$deps/ucx-$v"
+    [ -f "$prefix/.deb-$dv" ] && continue
+    echo "setup: fetching Debian's libucx0 and ucx-utils $dv into $prefix"
+    rm -rf "$deps/deb-$v" "$prefix"
+    mkdir -p "$deps/deb-$v"
+    (cd "$deps/deb-$v" &&
+     { apt-get download -qq "libucx0=$dv" "ucx-utils=$dv" ||
+       { apt-get update -qq &&
+         apt-get download -qq "libucx0=$dv" "ucx-utils=$dv"; }; })
+    for deb in "$deps/deb-$v"/*.deb; do
+        dpkg -x "$deb" "$deps/deb-$v/x"
+    done
+    mv "$deps/deb-$v/x" "$prefix"
+    rm -rf "$deps/deb-$v"
+    ln -sfn usr/lib/x86_64-linux-gnu "$prefix/lib"
+    ln -sfn usr/bin "$prefix/bin"
+    touch "$prefix/.deb-$dv"
+done
+echo "setup: Debian's UCX ${debian_ucx:-none} in $deps/ucx-<version>"
+
 # NIXL's UCX 1.23 (nixl-cu13 bundles it with verbs, renamed by auditwheel,
 # without headers): its UCX libraries, their modules and what they link,
 # kept side by side as in the wheel (UCX finds its modules in ucx/ beside

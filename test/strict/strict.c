@@ -253,6 +253,19 @@ strict_md_mkey_pack_1_15(uct_md_h md, uct_mem_h memh,
     return strict_md_mkey_pack(md, memh, NULL, SIZE_MAX, params, buffer);
 }
 
+/* strict_md_mem_reg as UCX 1.13 calls it: flags, no params */
+static ucs_status_t strict_md_mem_reg_1_13(uct_md_h md, void *address,
+                                           size_t length, unsigned flags,
+                                           uct_mem_h *memh_p)
+{
+    uct_md_mem_reg_params_t params = {
+        .field_mask = UCT_MD_MEM_REG_FIELD_FLAGS,
+        .flags      = flags
+    };
+
+    return strict_md_mem_reg(md, address, length, &params, memh_p);
+}
+
 static int strict_md_is_sockaddr_accessible(void)
 {
     return 0;
@@ -302,6 +315,22 @@ static span_ucx_1_15_md_ops_t strict_md_ops_1_15 = {
     .detect_memory_type     = (void*)strict_md_unsupported
 };
 
+/* UCX 1.13: query writes uct_md_attr_t (span_ucx_md_attr_export), mem_reg
+ * takes flags, no mem_attach */
+static span_ucx_1_13_md_ops_t strict_md_ops_1_13 = {
+    .close                  = (void*)strict_md_close,
+    .query                  = (void*)strict_md_query,
+    .mem_alloc              = (void*)strict_md_unsupported,
+    .mem_free               = (void*)strict_md_unsupported,
+    .mem_advise             = (void*)strict_md_unsupported,
+    .mem_reg                = (void*)strict_md_mem_reg_1_13,
+    .mem_dereg              = (void*)strict_md_mem_dereg,
+    .mem_query              = (void*)strict_md_unsupported,
+    .mkey_pack              = (void*)strict_md_mkey_pack_1_15,
+    .is_sockaddr_accessible = (void*)strict_md_is_sockaddr_accessible,
+    .detect_memory_type     = (void*)strict_md_unsupported
+};
+
 static ucs_status_t strict_md_open(uct_component_t *component,
                                    const char *md_name,
                                    const uct_md_config_t *config,
@@ -332,7 +361,9 @@ static ucs_status_t strict_md_open(uct_component_t *component,
         goto err_free;
     }
 
-    smd->super.ops       = span_ucx->pack_no_range ?
+    smd->super.ops       = span_ucx->mem_reg_flags ?
+                           (uct_md_ops_t*)&strict_md_ops_1_13 :
+                           span_ucx->pack_no_range ?
                            (uct_md_ops_t*)&strict_md_ops_1_15 : &strict_md_ops;
     smd->super.component = component;
     smd->max_mr_size     = sconfig->max_mr_size;

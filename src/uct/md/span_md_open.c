@@ -136,9 +136,29 @@ static const span_ucx_1_15_md_ops_t span_md_ops_1_15 = {
     .detect_memory_type     = (void*)span_md_detect_memory_type
 };
 
+/* UCX 1.13: 1.15's but for query, which writes uct_md_attr_t
+ * (span_md_query: span_ucx_md_attr_export), mem_reg, which takes flags,
+ * and no mem_attach */
+static const span_ucx_1_13_md_ops_t span_md_ops_1_13 = {
+    .close                  = (void*)span_md_close,
+    .query                  = (void*)span_md_query,
+    .mem_alloc              = (void*)span_md_mem_alloc_1_18,
+    .mem_free               = (void*)span_md_mem_free,
+    .mem_advise             = (void*)span_md_mem_advise,
+    .mem_reg                = (void*)span_md_mem_reg_1_13,
+    .mem_dereg              = (void*)span_md_mem_dereg,
+    .mem_query              = (void*)span_md_mem_query,
+    .mkey_pack              = (void*)span_md_mkey_pack_1_15,
+    .is_sockaddr_accessible = (void*)span_md_is_sockaddr_accessible,
+    .detect_memory_type     = (void*)span_md_detect_memory_type
+};
+
 /* The twin MD's ops, as the UCX in the process lays them out */
 static uct_md_ops_t *span_md_ops_select(void)
 {
+    if (span_ucx->mem_reg_flags) {
+        return (uct_md_ops_t*)&span_md_ops_1_13;
+    }
     if (span_ucx->pack_no_range) {
         return (uct_md_ops_t*)&span_md_ops_1_15;
     }

@@ -46,13 +46,17 @@
                 ((_minor) <= 14) ? sizeof(span_ucx_1_14_config_entry_t) : \
                                    sizeof(ucs_config_global_list_entry_t), \
         .md_detect_slot            = \
-                (((_minor) <= 15) ? \
+                (((_minor) <= 13) ? \
+                 ucs_offsetof(span_ucx_1_13_md_ops_t, detect_memory_type) : \
+                 ((_minor) <= 15) ? \
                  ucs_offsetof(span_ucx_1_15_md_ops_t, detect_memory_type) : \
                  ucs_offsetof(uct_md_ops_t, detect_memory_type)) / \
                 sizeof(void*), \
         .pack_no_range             = ((_minor) <= 15), \
         .attr_no_nonblock          = ((_minor) <= 14), \
-        .config_fill_fields        = ((_minor) <= 14)
+        .config_fill_fields        = ((_minor) <= 14), \
+        .md_query_v1               = ((_minor) <= 13), \
+        .mem_reg_flags             = ((_minor) <= 13)
 
 /* A release with SGL ops (1.22 and later): uct_iface_attr_v2_t of that
  * release reports them, and its iface_query_v2 is slot 0 */
@@ -102,6 +106,7 @@
                 sizeof(span_ucx_1_##_ops_minor##_internal_ops_t), \
         .md_ops_size               = _md_ops_size, \
         .md_attr_v2_size           = \
+                ((_minor) <= 13) ? sizeof(uct_md_attr_t) : \
                 ((_minor) <= 14) ? SPAN_UCX_1_14_MD_ATTR_V2_SIZE : \
                 ((_minor) == 15) ? SPAN_UCX_1_15_MD_ATTR_V2_SIZE : \
                 ((_minor) <= 17) ? SPAN_UCX_1_17_MD_ATTR_V2_SIZE : \
@@ -113,6 +118,8 @@
 
 static const span_ucx_layout_t span_ucx_layouts[] = {
 #ifndef SPAN_UCX_TEST_FOREIGN
+    SPAN_UCX_LAYOUT_NO_SGL(13, 13, "uct_md_mkey_pack_v2", "uct_md_query_v2",
+                           sizeof(span_ucx_1_13_md_ops_t)),
     SPAN_UCX_LAYOUT_NO_SGL(14, 14, "uct_md_query_v2", "uct_sm_rkey_ptr",
                            sizeof(span_ucx_1_15_md_ops_t)),
     SPAN_UCX_LAYOUT_NO_SGL(15, 15, "uct_sm_rkey_ptr", "uct_rkey_compare",

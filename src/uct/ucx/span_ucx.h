@@ -361,6 +361,11 @@ typedef struct span_ucx_layout {
      * entry */
     int        attr_no_nonblock;
     int        config_fill_fields;
+    /* 1.13: an MD's query writes uct_md_attr_t (md_attr_v2_size is its
+     * size), there is no uct_md_query_v2, and mem_reg takes flags, not
+     * params (span_ucx_1_15.h) */
+    int        md_query_v1;
+    int        mem_reg_flags;
 } span_ucx_layout_t;
 
 /* The layout of the UCX in the process; set by span_ucx_select() */
@@ -431,13 +436,47 @@ static inline void span_ucx_md_attr_convert(uct_md_attr_v2_t *attr,
     }
 }
 
+/* The fields of uct_md_attr_t (1.13's MD attributes) from 1.22's, or to
+ * them where to_v1 */
+static inline void span_ucx_md_attr_v1(uct_md_attr_v2_t *attr,
+                                       uct_md_attr_t *v1, int to_v1)
+{
+#define SPAN_UCX_MD_ATTR_V1(_v1, _v2) \
+    if (to_v1) { \
+        memcpy(&v1->_v1, &attr->_v2, sizeof(v1->_v1)); \
+    } else { \
+        memcpy(&attr->_v2, &v1->_v1, sizeof(v1->_v1)); \
+    }
+    SPAN_UCX_MD_ATTR_V1(cap.max_alloc, max_alloc)
+    SPAN_UCX_MD_ATTR_V1(cap.max_reg, max_reg)
+    SPAN_UCX_MD_ATTR_V1(cap.flags, flags)
+    SPAN_UCX_MD_ATTR_V1(cap.reg_mem_types, reg_mem_types)
+    SPAN_UCX_MD_ATTR_V1(cap.detect_mem_types, detect_mem_types)
+    SPAN_UCX_MD_ATTR_V1(cap.alloc_mem_types, alloc_mem_types)
+    SPAN_UCX_MD_ATTR_V1(cap.access_mem_types, access_mem_types)
+    SPAN_UCX_MD_ATTR_V1(reg_cost, reg_cost)
+    SPAN_UCX_MD_ATTR_V1(component_name, component_name)
+    SPAN_UCX_MD_ATTR_V1(rkey_packed_size, rkey_packed_size)
+    SPAN_UCX_MD_ATTR_V1(local_cpus, local_cpus)
+#undef SPAN_UCX_MD_ATTR_V1
+}
+
 /* The MD attributes attr (1.22's layout) as the UCX in the process lays
  * them out, into out (span_ucx->md_attr_v2_size bytes) */
 static inline void span_ucx_md_attr_export(const uct_md_attr_v2_t *attr,
                                            void *out)
 {
+    if (span_ucx->md_query_v1) {
+        span_ucx_md_attr_v1((uct_md_attr_v2_t*)attr, (uct_md_attr_t*)out,
+                            1);
+        return;
+    }
     span_ucx_md_attr_convert((uct_md_attr_v2_t*)attr, out, 1);
 }
+
+/* 1.13 has no uct_md_query_v2: referenced weakly, so that the plugin
+ * loads there even where symbols are bound at once (LD_BIND_NOW) */
+#pragma weak uct_md_query_v2
 
 /* uct_md_query_v2 of md into attr, in 1.22's layout whatever the UCX in
  * the process lays out (its fields the release lacks: 0) */
@@ -446,8 +485,17 @@ static inline ucs_status_t span_ucx_md_query(uct_md_h md,
 {
     uint64_t field_mask = attr->field_mask;
     uct_md_attr_v2_t release;
+    uct_md_attr_t v1;
     ucs_status_t status;
 
+    if (span_ucx->md_query_v1) {
+        memset(&v1, 0, sizeof(v1));
+        status = uct_md_query(md, &v1);
+        memset(attr, 0, sizeof(*attr));
+        attr->field_mask = field_mask;
+        span_ucx_md_attr_v1(attr, &v1, 0);
+        return status;
+    }
     if (!span_ucx->attr_no_gva && !span_ucx->attr_no_nonblock) {
         return uct_md_query_v2(md, attr);
     }
@@ -547,6 +595,22 @@ span_ucx_mkey_pack(const uct_md_ops_t *ops, uct_md_h md, uct_mem_h memh,
                 md, memh, params, buffer);
     }
     return ops->mkey_pack(md, memh, address, length, params, buffer);
+}
+
+/* An MD's mem_reg, as the UCX in the process calls it (1.13: the flags of
+ * params alone) */
+static inline ucs_status_t
+span_ucx_mem_reg(const uct_md_ops_t *ops, uct_md_h md, void *address,
+                 size_t length, const uct_md_mem_reg_params_t *params,
+                 uct_mem_h *memh_p)
+{
+    if (span_ucx->mem_reg_flags) {
+        return ((span_ucx_mem_reg_1_13_func_t)(void*)ops->mem_reg)(
+                md, address, length,
+                (params->field_mask & UCT_MD_MEM_REG_FIELD_FLAGS) ?
+                params->flags : 0, memh_p);
+    }
+    return ops->mem_reg(md, address, length, params, memh_p);
 }
 
 typedef ucs_status_t (*span_ucx_detect_memory_type_func_t)(

@@ -156,7 +156,7 @@ protected:
     {
         if (status == UCS_INPROGRESS) {
             while (comp.super.count > 0) {
-                uct_worker_progress(worker);
+                test_worker_progress(worker);
             }
             status = comp.super.status;
         }
@@ -272,7 +272,7 @@ struct twin_side {
                 ep, UCT_ATOMIC_OP_ADD, 2, &result, (uintptr_t)&word[0],
                 rkey.rkey, &c.super);
         while ((status == UCS_INPROGRESS) && (c.super.count > 0)) {
-            uct_worker_progress(worker);
+            test_worker_progress(worker);
         }
         EXPECT_EQ(UCS_OK, (status == UCS_INPROGRESS) ? c.super.status :
                                                        status);
@@ -295,7 +295,7 @@ struct twin_side {
                                                (uintptr_t)word, rkey.rkey,
                                                &c.super);
         while ((status == UCS_INPROGRESS) && (c.super.count > 0)) {
-            uct_worker_progress(worker);
+            test_worker_progress(worker);
         }
         EXPECT_EQ(UCS_OK, (status == UCS_INPROGRESS) ? c.super.status :
                                                        status);

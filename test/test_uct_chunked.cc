@@ -458,7 +458,7 @@ TEST_P(span_uct_chunked, a_key_serves_the_range_packed_not_the_registration)
         }
         if (st == UCS_INPROGRESS) {
             while (c.super.count > 0) {
-                uct_worker_progress(worker);
+                test_worker_progress(worker);
             }
             st = c.super.status;
         }
@@ -545,7 +545,7 @@ protected:
     void progress_until(const counted_completion &c)
     {
         for (int i = 0; (i < 100000) && (c.calls == 0); ++i) {
-            uct_worker_progress(worker);
+            test_worker_progress(worker);
         }
     }
 
@@ -554,7 +554,7 @@ protected:
     void expect_completed_once(const counted_completion &c)
     {
         for (int i = 0; i < 1000; ++i) {
-            uct_worker_progress(worker);
+            test_worker_progress(worker);
         }
         EXPECT_EQ(1u, c.calls) << "completed twice";
     }
@@ -581,7 +581,7 @@ TEST_P(span_uct_deferred, rest_is_reissued_and_completes_once)
     EXPECT_EQ(UCS_OK, c.super.status);
     for (int i = 0; (i < 100000) && (uct_ep_flush(ep, 0, NULL) != UCS_OK);
          ++i) {
-        uct_worker_progress(worker);
+        test_worker_progress(worker);
     }
     EXPECT_EQ(UCS_OK, uct_ep_flush(ep, 0, NULL));
     EXPECT_TRUE(local == std::vector<uint8_t>(remote.begin(),

@@ -62,7 +62,7 @@ protected:
                 uct_ep_get_zcopy(ep, &iov, 1, addr, key, &c.super);
         if (status == UCS_INPROGRESS) {
             while (c.super.count > 0) {
-                uct_worker_progress(worker);
+                test_worker_progress(worker);
             }
             status = c.super.status;
         }
@@ -92,7 +92,7 @@ TEST_P(span_uct_no_rkey, empty_ops_with_no_key_succeed)
             EXPECT_EQ(UCS_OK, zcopy(false, buf, 0, 0, key)) << key;
         }
     }
-    EXPECT_NO_FATAL_FAILURE(uct_worker_progress(worker));
+    EXPECT_NO_FATAL_FAILURE(test_worker_progress(worker));
 }
 
 /* Where the transport reads no key (self, cma), bytes move with key 0, as
@@ -159,7 +159,7 @@ TEST_P(span_uct_no_rkey, ops_with_no_key_move_bytes_only_where_no_key_is_read)
             expect(uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD, 1, raddr(56),
                                         key), "atomic64_post");
         }
-        uct_worker_progress(worker);
+        test_worker_progress(worker);
 
         if (keyless()) {
             EXPECT_FALSE(written.empty()) << "no op with no key was made";

@@ -21,6 +21,34 @@ inline uct_component_h find_component(const char *name)
     return span_component_by_name(name);
 }
 
+/* uct_worker_progress whatever UCX runs: the inline of the build's headers
+ * reads the worker's callback queue (its first member) as 1.16 and later
+ * lay it out; 1.15 and earlier give each callback 24 bytes ({cb, arg,
+ * flags, id}), the fast ones first, up to a NULL cb, and lack
+ * ucs_callbackq_add_oneshot, which came with that change */
+inline unsigned test_worker_progress(uct_worker_h worker)
+{
+    struct callbackq_1_15_elem {
+        ucs_callback_t cb;
+        void           *arg;
+        unsigned       flags;
+        int            id;
+    };
+    static const bool before_1_16 =
+            dlsym(RTLD_DEFAULT, "ucs_callbackq_add_oneshot") == nullptr;
+    const callbackq_1_15_elem *elem;
+    unsigned count = 0;
+
+    if (!before_1_16) {
+        return uct_worker_progress(worker);
+    }
+    for (elem = (const callbackq_1_15_elem*)worker; elem->cb != nullptr;
+         ++elem) {
+        count += elem->cb(elem->arg);
+    }
+    return count;
+}
+
 typedef std::vector<std::pair<std::string, std::string>> md_options_t;
 
 /* uct_config_modify of a field named with its table's prefix ("SPAN_",

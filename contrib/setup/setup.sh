@@ -56,7 +56,7 @@ echo "setup: UCX $ucx_wheel_version in $ucx_prefix"
 # (libucx-cu12, which carries ucx_info and ucx_perftest), unpacked as the
 # 1.22 one into .span-deps/ucx-<version>: the releases leg of make check
 # (test/releases/run.sh) runs span in each. Failing to get one fails setup.
-ucx_releases=${SPAN_UCX_RELEASES-1.16.0.post2 1.17.0 1.18.1 1.19.0 1.20.1 1.21.0}
+ucx_releases=${SPAN_UCX_RELEASES-1.14.1.post1 1.15.0.post1 1.16.0.post2 1.17.0 1.18.1 1.19.0 1.20.1 1.21.0}
 for v in $ucx_releases; do
     prefix="$deps/ucx-$v"
     [ -f "$prefix/.wheel-$v.2" ] && continue
@@ -76,6 +76,32 @@ for v in $ucx_releases; do
     touch "$prefix/.wheel-$v.2"
 done
 echo "setup: UCX releases ${ucx_releases:-none} in $deps/ucx-<version>"
+
+# Debian 12's own UCX 1.13.1 (libucx0, and ucx-utils for ucx_info), for the
+# releases leg too: its packages unpacked, not installed, into
+# .span-deps/ucx-1.13.1 (lib/ holds its modules in ucx/, as the wheels')
+debian_ucx=${SPAN_DEBIAN_UCX-1.13.1-1}
+for dv in $debian_ucx; do
+    v=${dv%-*}
+    prefix="$deps/ucx-$v"
+    [ -f "$prefix/.deb-$dv" ] && continue
+    echo "setup: fetching Debian's libucx0 and ucx-utils $dv into $prefix"
+    rm -rf "$deps/deb-$v" "$prefix"
+    mkdir -p "$deps/deb-$v"
+    (cd "$deps/deb-$v" &&
+     { apt-get download -qq "libucx0=$dv" "ucx-utils=$dv" ||
+       { apt-get update -qq &&
+         apt-get download -qq "libucx0=$dv" "ucx-utils=$dv"; }; })
+    for deb in "$deps/deb-$v"/*.deb; do
+        dpkg -x "$deb" "$deps/deb-$v/x"
+    done
+    mv "$deps/deb-$v/x" "$prefix"
+    rm -rf "$deps/deb-$v"
+    ln -sfn usr/lib/x86_64-linux-gnu "$prefix/lib"
+    ln -sfn usr/bin "$prefix/bin"
+    touch "$prefix/.deb-$dv"
+done
+echo "setup: Debian's UCX ${debian_ucx:-none} in $deps/ucx-<version>"
 
 # NIXL's UCX 1.23 (nixl-cu13 bundles it with verbs, renamed by auditwheel,
 # without headers): its UCX libraries, their modules and what they link,

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # The releases leg: span in every UCX release before 1.22 that it supports,
-# each from the PyPI wheel contrib/setup/setup.sh unpacked into .span-deps/ucx-<v>,
+# each from the PyPI wheel (1.13.1: Debian 12's packages)
+# contrib/setup/setup.sh unpacked into .span-deps/ucx-<v>,
 # loaded the way those releases allow (LD_PRELOAD: they load no module by
 # name): ucx_info -d lists the twins, cuda_ipc+ too where the release's
 # cuda module lists cuda_ipc on a fake CUDA driver; span-check's scenarios (whole and
@@ -28,14 +29,21 @@ sanitizer=$(ldd "$plugin" | awk '/lib(a|t)san\.so/ {print $3; exit}')
 if [ -n "$sanitizer" ]; then
     export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 fi
-releases=${SPAN_UCX_RELEASES-1.16.0.post2 1.17.0 1.18.1 1.19.0 1.20.1 1.21.0}
+releases=${SPAN_UCX_RELEASES-1.13.1 1.14.1.post1 1.15.0.post1 1.16.0.post2 1.17.0 1.18.1 1.19.0 1.20.1 1.21.0}
 log=${SPAN_RELEASES_LOG:-$build/test/releases}
 mkdir -p "$log"
 failed=0
 
 # Tests of UCX 1.22's API that older releases lack (uct_iface_query_v2,
 # SGL zero-copy)
-uct_filter='-*twin_offers_no_sgl*'
+uct_filter_all='-*twin_offers_no_sgl*'
+# and, before 1.16, of 1.16's: uct_md_mkey_pack_v2 with a range (1.13 to
+# 1.15 take none, same symbol), a component's rkey_compare
+uct_filter_1_16='*/span_uct_iface_mem.*'
+uct_filter_1_16+=':*a_key_serves_the_range_packed_not_the_registration*'
+uct_filter_1_16+=':*invalidate_flags_of_mkey_pack_are_ignored*'
+uct_filter_1_16+=':*the_key_that_the_memh_gives_moves_bytes*'
+uct_filter_1_16+=':span_rkey_compare.*'
 
 # Runs "$@" in release v, its output in $log/<v>-<name>.log; prints the
 # gtest summary or the exit status
@@ -80,15 +88,41 @@ cuda_row() {
     esac
 }
 
+# A distro's UCX (Debian's 1.13.1) has no libucx Python package: a
+# stand-in whose load_library() loads that UCX's libucp local, by path, as
+# the wheels' loader of 1.21 does, and with it the libraries it needs
+# (Debian's libucm needs libucs, which does not name it: they load as one;
+# the python rows find them in LD_LIBRARY_PATH). $1: the release; prints
+# the directory to put on PYTHONPATH
+python_libucx() {
+    local dir=$deps/ucx-$1
+    if [ ! -f "$dir/libucx/__init__.py" ]; then
+        dir=$log/libucx-$1
+        mkdir -p "$dir/libucx"
+        cat >"$dir/libucx/__init__.py" <<PY
+"""libucx's loader for UCX $1 of a distribution (test/releases/run.sh)"""
+import ctypes
+
+
+def load_library():
+    return [ctypes.CDLL("$deps/ucx-$1/lib/libucp.so.0", ctypes.RTLD_LOCAL)]
+PY
+    fi
+    echo "$dir"
+}
+
 # ucx_span.enable() before and after libucx loads UCX; $1: the release
 python_rows() {
-    local order out=
+    local order out= libucx ldpath=
     case $sanitizer in
     *libtsan*) echo "not run under TSan: python does not start with it preloaded"
                return ;;
     esac
+    libucx=$(python_libucx "$1")
+    [ "$libucx" = "$deps/ucx-$1" ] || ldpath=$deps/ucx-$1/lib
     for order in span-first ucx-first; do
-        if (env PYTHONPATH="$pkg:$deps/ucx-$1" UCX_WARN_UNUSED_ENV_VARS=n \
+        if (env PYTHONPATH="$pkg:$libucx" UCX_WARN_UNUSED_ENV_VARS=n \
+                ${ldpath:+LD_LIBRARY_PATH=$ldpath} \
                 ${sanitizer:+LD_PRELOAD=$sanitizer} \
                 timeout 60 python3 "$top/test/releases/enable.py" "$order") \
                 >"$log/$1-python-$order.log" 2>&1; then
@@ -110,6 +144,16 @@ for v in $releases; do
         failed=1
         continue
     fi
+    uct_filter=$uct_filter_all
+    case $v in
+    1.13.*|1.14.*|1.15.*) uct_filter="$uct_filter:$uct_filter_1_16" ;;
+    esac
+    # Debian's 1.13.1 is built with parameter checks: its uct_md_mkey_pack
+    # refuses a NULL memh before span's op, which would log the line the
+    # test counts
+    case $v in
+    1.13.*) uct_filter="$uct_filter:*foreign_memh_is_refused_by_pack*" ;;
+    esac
     # every row runs the refused-access scenarios: in 1.18 and earlier,
     # whose UCP aborts the process on a zero-copy get whose op returns an
     # error, span reports the refusal through the op's completion

@@ -142,26 +142,10 @@ ucs_debug_asan_validate_address(const char *ptr_name, void *address,
 
 /* --- memory domain ------------------------------------------------------ */
 
-/* The caller's uct_md_attr_v2_t, as its UCX lays it out: 1.22's whole;
- * 1.18 to 1.21 end before required_mem_flags; 1.17 also lacks
- * gva_mem_types, between cache_mem_types and detect_mem_types
- * (ucs_module_global_init tells them apart) */
-static size_t strict_attr_size = sizeof(uct_md_attr_v2_t);
-static int    strict_attr_no_gva;
-static int    strict_config_fit;
-
-static void strict_md_attr_export(const uct_md_attr_v2_t *attr, void *out)
-{
-    const size_t gva = ucs_offsetof(uct_md_attr_v2_t, gva_mem_types);
-
-    if (!strict_attr_no_gva) {
-        memcpy(out, attr, strict_attr_size);
-        return;
-    }
-    memcpy(out, attr, gva);
-    memcpy((char*)out + gva, (const char*)attr + gva + sizeof(uint64_t),
-           strict_attr_size - gva);
-}
+/* Laid out once for the UCX in the process (ucs_module_global_init, which
+ * selects that UCX's layouts as span does: span_ucx.c, built in here) */
+static int strict_config_fit;
+static int strict_component_fitted;
 
 static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *out)
 {
@@ -177,7 +161,8 @@ static ucs_status_t strict_md_query(uct_md_h md, uct_md_attr_v2_t *out)
     attr->reg_alignment    = 1;
     ucs_strncpy_zero(attr->component_name, strict_component.name,
                      sizeof(attr->component_name));
-    strict_md_attr_export(attr, out);
+    /* the caller's uct_md_attr_v2_t, as its UCX lays it out */
+    span_ucx_md_attr_export(attr, out);
     return UCS_OK;
 }
 
@@ -260,6 +245,32 @@ static ucs_status_t strict_md_mkey_pack(uct_md_h md, uct_mem_h memh,
     return UCS_OK;
 }
 
+/* strict_md_mkey_pack as UCX 1.15 and earlier call it: no range */
+static ucs_status_t
+strict_md_mkey_pack_1_15(uct_md_h md, uct_mem_h memh,
+                         const uct_md_mkey_pack_params_t *params, void *buffer)
+{
+    return strict_md_mkey_pack(md, memh, NULL, SIZE_MAX, params, buffer);
+}
+
+/* strict_md_mem_reg as UCX 1.13 calls it: flags, no params */
+static ucs_status_t strict_md_mem_reg_1_13(uct_md_h md, void *address,
+                                           size_t length, unsigned flags,
+                                           uct_mem_h *memh_p)
+{
+    uct_md_mem_reg_params_t params = {
+        .field_mask = UCT_MD_MEM_REG_FIELD_FLAGS,
+        .flags      = flags
+    };
+
+    return strict_md_mem_reg(md, address, length, &params, memh_p);
+}
+
+static int strict_md_is_sockaddr_accessible(void)
+{
+    return 0;
+}
+
 static ucs_status_t strict_md_unsupported(void)
 {
     return UCS_ERR_UNSUPPORTED;
@@ -286,6 +297,38 @@ static uct_md_ops_t strict_md_ops = {
     .mem_attach         = (void*)strict_md_unsupported,
     .detect_memory_type = (void*)strict_md_unsupported,
     .mem_elem_pack      = (void*)strict_md_unsupported
+};
+
+/* UCX 1.14 and 1.15 (span_ucx_1_15.h) */
+static span_ucx_1_15_md_ops_t strict_md_ops_1_15 = {
+    .close                  = (void*)strict_md_close,
+    .query                  = (void*)strict_md_query,
+    .mem_alloc              = (void*)strict_md_unsupported,
+    .mem_free               = (void*)strict_md_unsupported,
+    .mem_advise             = (void*)strict_md_unsupported,
+    .mem_reg                = (void*)strict_md_mem_reg,
+    .mem_dereg              = (void*)strict_md_mem_dereg,
+    .mem_query              = (void*)strict_md_unsupported,
+    .mkey_pack              = (void*)strict_md_mkey_pack_1_15,
+    .mem_attach             = (void*)strict_md_unsupported,
+    .is_sockaddr_accessible = (void*)strict_md_is_sockaddr_accessible,
+    .detect_memory_type     = (void*)strict_md_unsupported
+};
+
+/* UCX 1.13: query writes uct_md_attr_t (span_ucx_md_attr_export), mem_reg
+ * takes flags, no mem_attach */
+static span_ucx_1_13_md_ops_t strict_md_ops_1_13 = {
+    .close                  = (void*)strict_md_close,
+    .query                  = (void*)strict_md_query,
+    .mem_alloc              = (void*)strict_md_unsupported,
+    .mem_free               = (void*)strict_md_unsupported,
+    .mem_advise             = (void*)strict_md_unsupported,
+    .mem_reg                = (void*)strict_md_mem_reg_1_13,
+    .mem_dereg              = (void*)strict_md_mem_dereg,
+    .mem_query              = (void*)strict_md_unsupported,
+    .mkey_pack              = (void*)strict_md_mkey_pack_1_15,
+    .is_sockaddr_accessible = (void*)strict_md_is_sockaddr_accessible,
+    .detect_memory_type     = (void*)strict_md_unsupported
 };
 
 static ucs_status_t strict_md_open(uct_component_t *component,
@@ -318,7 +361,10 @@ static ucs_status_t strict_md_open(uct_component_t *component,
         goto err_free;
     }
 
-    smd->super.ops       = &strict_md_ops;
+    smd->super.ops       = span_ucx->mem_reg_flags ?
+                           (uct_md_ops_t*)&strict_md_ops_1_13 :
+                           span_ucx->pack_no_range ?
+                           (uct_md_ops_t*)&strict_md_ops_1_15 : &strict_md_ops;
     smd->super.component = component;
     smd->max_mr_size     = sconfig->max_mr_size;
     smd->truncate        = sconfig->truncate;
@@ -695,11 +741,12 @@ static ucs_status_t strict_find_cma(void)
         dlopen(module, RTLD_LAZY | RTLD_NODELETE);
     }
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if (!strcmp(component->name, "cma") &&
-            !ucs_list_is_empty(&component->tl_list)) {
+            !ucs_list_is_empty(span_ucx_component_tls(component))) {
             strict_cma_component = component;
-            strict_cma_tl = ucs_list_head(&component->tl_list, uct_tl_t, list);
+            strict_cma_tl = span_ucx_tl_next(span_ucx_component_tls(component),
+                                             NULL);
             return UCS_OK;
         }
     }
@@ -710,8 +757,12 @@ static ucs_status_t strict_find_cma(void)
 ucs_status_t __attribute__((visibility("protected")))
 ucs_module_global_init(void)
 {
-    ucs_status_t status = strict_find_cma();
+    ucs_status_t status = span_ucx_select();
 
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = strict_find_cma();
     if (status != UCS_OK) {
         return status;
     }
@@ -727,19 +778,18 @@ ucs_module_global_init(void)
     if (dlsym(RTLD_DEFAULT, "uct_rkey_unpack_v2") == NULL) {
         strict_component.rkey_unpack = (void*)strict_rkey_unpack_1_18;
     }
-    /* uct_md_attr_v2_t: 1.21 and earlier (no SGL ops) end it before
-     * required_mem_flags, 1.17 and earlier (no uct_iface_fill_info_str_buf,
-     * which came with 1.18) have no gva_mem_types either */
-    if (dlsym(RTLD_DEFAULT, "uct_ep_put_sgl_zcopy") == NULL) {
-        strict_attr_size = ucs_offsetof(uct_md_attr_v2_t, required_mem_flags);
+    /* 1.15 and earlier: no rkey_compare, 1.14 and earlier shorter
+     * configuration entries (span_ucx_component_fit) */
+    if (!strict_component_fitted) {
+        span_ucx_component_fit(&strict_component);
+        strict_component_fitted = 1;
     }
-    if (dlsym(RTLD_DEFAULT, "uct_iface_fill_info_str_buf") == NULL) {
-        strict_attr_no_gva = 1;
-        strict_attr_size  -= sizeof(uint64_t);
-    }
-    strict_tl.config = strict_cma_tl->config; /* UCX_CMA_* configure it */
+    /* UCX_CMA_* configure it; an entry of the release's size */
+    memcpy(&strict_tl.config, &strict_cma_tl->config,
+           span_ucx->config_entry_size);
     ucs_list_head_init(&strict_tl.config.list);
-    ucs_list_add_tail(&strict_component.tl_list, &strict_tl.list);
+    ucs_list_add_tail(span_ucx_component_tls(&strict_component),
+                      span_ucx_tl_link(&strict_tl));
     uct_component_register(&strict_component);
     return UCS_OK;
 }

@@ -76,19 +76,19 @@ static int span_twins_add(void)
     int done = 1;
     uct_tl_t *tl;
 
-    if (ucs_config_parser_fill_opts(&config, &span_global_config_entry,
-                                    UCS_DEFAULT_ENV_PREFIX, 0) != UCS_OK) {
+    if (span_ucx_config_fill(&config, &span_global_config_entry,
+                             UCS_DEFAULT_ENV_PREFIX, 0) != UCS_OK) {
         ucs_error("span component: cannot read UCX_SPAN_TRANSPORTS; no "
                   "twins are offered now");
         return 0;
     }
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if (component == &span_component) {
             continue;
         }
 
-        ucs_list_for_each(tl, &component->tl_list, list) {
+        span_ucx_tls_for_each(tl, span_ucx_component_tls(component)) {
             if (span_transport_allowed(&config.transports, tl->name) &&
                 (span_tl_add(&span_component, component, tl) ==
                  UCS_ERR_NO_MEMORY)) {
@@ -108,7 +108,7 @@ static unsigned span_twins_components(void)
     uct_component_t *component;
     unsigned count = 0;
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         ++count;
     }
     return count;
@@ -135,7 +135,7 @@ static int span_component_has_twins(const uct_component_t *inner)
 {
     const uct_tl_t *tl;
 
-    ucs_list_for_each(tl, &span_component.tl_list, list) {
+    span_ucx_tls_for_each(tl, span_ucx_component_tls(&span_component)) {
         if (span_tl_inner_component(tl) == inner) {
             return 1;
         }
@@ -198,7 +198,7 @@ span_query_md_resources(uct_component_t *component,
 
     span_twins_init();
 
-    ucs_list_for_each(inner, &uct_components_list, list) {
+    span_ucx_components_for_each(inner) {
         if ((inner == &span_component) || !span_component_has_twins(inner)) {
             continue;
         }
@@ -263,6 +263,7 @@ uct_component_t span_component = {
 };
 
 static int span_component_registered;
+static int span_component_fitted;
 
 /* Every component already registered must read as one before span walks
  * them all: a layout span got wrong is found here, not in a crash later */
@@ -270,7 +271,7 @@ static ucs_status_t span_components_check(void)
 {
     uct_component_t *component;
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if (!span_ucx_component_check(component)) {
             ucs_warn("span component %p: UCX %u.%u does not lay it out as "
                      "span reads it; libuct_span does not register",
@@ -295,8 +296,12 @@ span_impl_global_init(void)
     if (span_component_registered) {
         return UCS_OK;
     }
+    /* the layout first: the list of components is walked by it */
+    if (span_ucx_select() != UCS_OK) {
+        return UCS_ERR_UNSUPPORTED;
+    }
     /* another copy of span, installed elsewhere, came first */
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if (!strcmp(component->name, span_component.name)) {
             ucs_debug("span component: a component '%s' is registered "
                       "already (%p); this copy does not register",
@@ -304,14 +309,18 @@ span_impl_global_init(void)
             return UCS_ERR_ALREADY_EXISTS;
         }
     }
-
-    if ((span_ucx_select() != UCS_OK) || (span_components_check() != UCS_OK)) {
+    if (span_components_check() != UCS_OK) {
         return UCS_ERR_UNSUPPORTED;
     }
 
     span_peer_init();
-    if (span_ucx->calls_1_18) {
-        span_component.rkey_unpack = (void*)span_rkey_unpack_1_18;
+    if (!span_component_fitted) {
+        if (span_ucx->calls_1_18) {
+            span_component.rkey_unpack = (void*)span_rkey_unpack_1_18;
+        }
+        /* once: from here on it is laid out as the release reads it */
+        span_ucx_component_fit(&span_component);
+        span_component_fitted = 1;
     }
     if (span_md_config_extend(&span_component) != UCS_OK) {
         return UCS_ERR_NO_MEMORY;
@@ -333,5 +342,5 @@ static void UCS_F_DTOR span_component_cleanup(void)
     span_md_config_cleanup(&span_component);
     ucs_list_del(&span_global_config_entry.list);
     uct_component_unregister(&span_component);
-    ucs_list_del(&span_component.list);
+    ucs_list_del(span_ucx_component_link(&span_component));
 }

@@ -187,8 +187,9 @@ ucs_status_t span_tl_add(uct_component_t *span,
                       inner_tl->name, SPAN_TWIN_SUFFIX);
     tl->super.query_devices = span_tl_query_devices_fns[span_tl_count];
     tl->super.iface_open    = span_tl_iface_open;
-    /* the inner transport's own UCX_<TL>_* variables configure the twin */
-    tl->super.config        = inner_tl->config;
+    /* the inner transport's own UCX_<TL>_* variables configure the twin
+     * (an entry of the release's size: its list link follows) */
+    memcpy(&tl->super.config, &inner_tl->config, span_ucx->config_entry_size);
     ucs_list_head_init(&tl->super.config.list);
     tl->inner               = inner_tl;
     tl->inner_component     = inner_component;
@@ -196,7 +197,8 @@ ucs_status_t span_tl_add(uct_component_t *span,
     /* readers index span_tls below the count they load: the slot first */
     span_tls[span_tl_count] = tl;
     __atomic_store_n(&span_tl_count, span_tl_count + 1, __ATOMIC_RELEASE);
-    ucs_list_add_tail(&span->tl_list, &tl->super.list);
+    ucs_list_add_tail(span_ucx_component_tls(span),
+                      span_ucx_tl_link(&tl->super));
     return UCS_OK;
 }
 
@@ -209,7 +211,7 @@ void span_tl_remove_all(void)
 {
     while (span_tl_count > 0) {
         --span_tl_count;
-        ucs_list_del(&span_tls[span_tl_count]->super.list);
+        ucs_list_del(span_ucx_tl_link(&span_tls[span_tl_count]->super));
         free(span_tls[span_tl_count]);
     }
 }

@@ -114,7 +114,7 @@ static uct_component_t *span_rkey_inner_component(uct_component_t *span,
 {
     uct_component_t *component;
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if ((component != span) &&
             (span_rkey_component_id(component->name) == component_id)) {
             return component;

@@ -156,10 +156,14 @@ static size_t span_md_config_align(size_t size)
 static int span_md_config_has(const uct_component_t *component,
                               const uct_component_t *span)
 {
-    return (component != span) && (component->md_config.table != NULL) &&
-           (component->md_config.size > 0) &&
-           (component->md_config.prefix != NULL) &&
-           (component->md_config.prefix[0] != '\0');
+    const ucs_config_global_list_entry_t *entry;
+
+    if (component == span) {
+        return 0;
+    }
+    entry = span_ucx_component_md_config(component);
+    return (entry->table != NULL) && (entry->size > 0) &&
+           (entry->prefix != NULL) && (entry->prefix[0] != '\0');
 }
 
 /* Fills made's fields (span's, then n_inner sub-tables) and returns the
@@ -168,22 +172,24 @@ static size_t span_md_config_fill(span_md_config_made_t *made, unsigned n_own,
                                   const uct_component_t *span)
 {
     size_t size = span_md_config_align(sizeof(span_md_config_t));
+    const ucs_config_global_list_entry_t *entry;
     uct_component_t *component;
     unsigned i = 0;
 
     memcpy(made->fields, span_md_config_table,
            n_own * sizeof(*made->fields));
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if (!span_md_config_has(component, span)) {
             continue;
         }
+        entry                   = span_ucx_component_md_config(component);
         made->fields[n_own + i] = (ucs_config_field_t){
-            component->md_config.prefix, "",
+            entry->prefix, "",
             "The MD fields of this component, for its twin MDs.", size,
-            UCS_CONFIG_TYPE_TABLE(component->md_config.table)};
+            UCS_CONFIG_TYPE_TABLE(entry->table)};
         made->inners[i].component = component;
         made->inners[i].offset    = size;
-        size += span_md_config_align(component->md_config.size);
+        size += span_md_config_align(entry->size);
         ++i;
     }
     return size;
@@ -191,11 +197,12 @@ static size_t span_md_config_fill(span_md_config_made_t *made, unsigned n_own,
 
 ucs_status_t span_md_config_extend(uct_component_t *span)
 {
-    span_md_config_made_t *made = span_md_config_made;
+    ucs_config_global_list_entry_t *own = span_ucx_component_md_config(span);
+    span_md_config_made_t *made         = span_md_config_made;
     unsigned n_own = 0, n_inner = 0;
     uct_component_t *component;
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         n_inner += span_md_config_has(component, span);
     }
     if ((made != NULL) && (made->count == n_inner)) {
@@ -218,9 +225,9 @@ ucs_status_t span_md_config_extend(uct_component_t *span)
     }
 
     made->count           = n_inner;
-    span->md_config.size  = span_md_config_fill(made, n_own, span);
+    own->size             = span_md_config_fill(made, n_own, span);
     span_ucx_config_fit(made->fields);
-    span->md_config.table = made->fields;
+    own->table            = made->fields;
     made->prev            = span_md_config_made;
     __atomic_store_n(&span_md_config_made, made, __ATOMIC_RELEASE);
     return UCS_OK;
@@ -248,10 +255,11 @@ const uct_md_config_t *span_md_config_inner(const uct_md_config_t *config,
 
 void span_md_config_cleanup(uct_component_t *span)
 {
+    ucs_config_global_list_entry_t *own = span_ucx_component_md_config(span);
     span_md_config_made_t *made;
 
-    span->md_config.table = span_md_config_table;
-    span->md_config.size  = sizeof(span_md_config_t);
+    own->table = span_md_config_table;
+    own->size  = sizeof(span_md_config_t);
     while (span_md_config_made != NULL) {
         made                = span_md_config_made;
         span_md_config_made = made->prev;

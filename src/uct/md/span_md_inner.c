@@ -118,11 +118,25 @@ span_md_inner_mem_reg(uct_md_h md, void *address, size_t length,
     span_md_inner_t *wrap = span_md_inner_of(md);
     ucs_status_t status;
 
-    status = wrap->orig->mem_reg(md, address, length, params, memh_p);
+    status = span_ucx_mem_reg(wrap->orig, md, address, length, params,
+                              memh_p);
     if (status == UCS_OK) {
         span_md_inner_add(wrap, *memh_p, (uintptr_t)address, length);
     }
     return status;
+}
+
+/* span_md_inner_mem_reg as UCX 1.13 calls it: flags, no params */
+static ucs_status_t span_md_inner_mem_reg_1_13(uct_md_h md, void *address,
+                                               size_t length, unsigned flags,
+                                               uct_mem_h *memh_p)
+{
+    uct_md_mem_reg_params_t params = {
+        .field_mask = UCT_MD_MEM_REG_FIELD_FLAGS,
+        .flags      = flags
+    };
+
+    return span_md_inner_mem_reg(md, address, length, &params, memh_p);
 }
 
 static ucs_status_t
@@ -236,7 +250,9 @@ ucs_status_t span_md_inner_wrap(uct_md_h inner, span_md_inner_t **wrap_p,
     pthread_mutex_init(&wrap->lock, NULL);
     kh_init_inplace(span_md_inner_regs, &wrap->regs);
     if (wrap->orig->mem_reg != NULL) {
-        wrap->ops.mem_reg   = span_md_inner_mem_reg;
+        wrap->ops.mem_reg   = span_ucx->mem_reg_flags ?
+                              (void*)span_md_inner_mem_reg_1_13 :
+                              span_md_inner_mem_reg;
         wrap->ops.mem_dereg = span_md_inner_mem_dereg;
     }
     if (wrap->orig->mem_alloc != NULL) {

@@ -36,8 +36,8 @@ span_md_detect_memory_type(uct_md_h md, const void *address, size_t length,
 {
     span_md_t *smd = (span_md_t*)md;
 
-    return smd->inner_ops->detect_memory_type(smd->inner, address, length,
-                                               mem_type_p);
+    return span_ucx_detect_memory_type(smd->inner_ops, smd->inner, address,
+                                       length, mem_type_p);
 }
 
 static ucs_status_t span_md_mem_advise(uct_md_h md, uct_mem_h memh,
@@ -45,6 +45,14 @@ static ucs_status_t span_md_mem_advise(uct_md_h md, uct_mem_h memh,
                                        unsigned advice)
 {
     return UCS_ERR_UNSUPPORTED;
+}
+
+/* UCX 1.15 and earlier: a twin has no connection manager, as UCX's own
+ * MDs without one answer */
+static int span_md_is_sockaddr_accessible(uct_md_h md, const void *sockaddr,
+                                          int mode)
+{
+    return 0;
 }
 
 static ucs_status_t span_md_mem_attach(uct_md_h md, const void *mkey_buffer,
@@ -111,6 +119,53 @@ static const uct_md_ops_t span_md_ops = SPAN_MD_OPS(span_md_mem_alloc);
 static const uct_md_ops_t span_md_ops_1_18 =
         SPAN_MD_OPS((void*)span_md_mem_alloc_1_18);
 
+/* UCX 1.14 and 1.15: 1.18's calls, mkey_pack without a range, and
+ * is_sockaddr_accessible before detect_memory_type */
+static const span_ucx_1_15_md_ops_t span_md_ops_1_15 = {
+    .close                  = (void*)span_md_close,
+    .query                  = (void*)span_md_query,
+    .mem_alloc              = (void*)span_md_mem_alloc_1_18,
+    .mem_free               = (void*)span_md_mem_free,
+    .mem_advise             = (void*)span_md_mem_advise,
+    .mem_reg                = (void*)span_md_mem_reg,
+    .mem_dereg              = (void*)span_md_mem_dereg,
+    .mem_query              = (void*)span_md_mem_query,
+    .mkey_pack              = (void*)span_md_mkey_pack_1_15,
+    .mem_attach             = (void*)span_md_mem_attach,
+    .is_sockaddr_accessible = (void*)span_md_is_sockaddr_accessible,
+    .detect_memory_type     = (void*)span_md_detect_memory_type
+};
+
+/* UCX 1.13: 1.15's but for query, which writes uct_md_attr_t
+ * (span_md_query: span_ucx_md_attr_export), mem_reg, which takes flags,
+ * and no mem_attach */
+static const span_ucx_1_13_md_ops_t span_md_ops_1_13 = {
+    .close                  = (void*)span_md_close,
+    .query                  = (void*)span_md_query,
+    .mem_alloc              = (void*)span_md_mem_alloc_1_18,
+    .mem_free               = (void*)span_md_mem_free,
+    .mem_advise             = (void*)span_md_mem_advise,
+    .mem_reg                = (void*)span_md_mem_reg_1_13,
+    .mem_dereg              = (void*)span_md_mem_dereg,
+    .mem_query              = (void*)span_md_mem_query,
+    .mkey_pack              = (void*)span_md_mkey_pack_1_15,
+    .is_sockaddr_accessible = (void*)span_md_is_sockaddr_accessible,
+    .detect_memory_type     = (void*)span_md_detect_memory_type
+};
+
+/* The twin MD's ops, as the UCX in the process lays them out */
+static uct_md_ops_t *span_md_ops_select(void)
+{
+    if (span_ucx->mem_reg_flags) {
+        return (uct_md_ops_t*)&span_md_ops_1_13;
+    }
+    if (span_ucx->pack_no_range) {
+        return (uct_md_ops_t*)&span_md_ops_1_15;
+    }
+    return (uct_md_ops_t*)(span_ucx->calls_1_18 ? &span_md_ops_1_18 :
+                           &span_md_ops);
+}
+
 /* Finds the component, other than span's, that offers an MD named
  * inner_name */
 static uct_component_t *span_md_find_inner_component(uct_component_t *span,
@@ -121,7 +176,7 @@ static uct_component_t *span_md_find_inner_component(uct_component_t *span,
     unsigned i, count;
     int found;
 
-    ucs_list_for_each(component, &uct_components_list, list) {
+    span_ucx_components_for_each(component) {
         if ((component == span) ||
             (component->query_md_resources(component, &resources, &count) !=
              UCS_OK)) {
@@ -188,8 +243,7 @@ ucs_status_t span_md_open(uct_component_t *component, const char *md_name,
         return UCS_ERR_NO_MEMORY;
     }
 
-    smd->super.ops       = (uct_md_ops_t*)(span_ucx->calls_1_18 ?
-                                           &span_md_ops_1_18 : &span_md_ops);
+    smd->super.ops       = span_md_ops_select();
     smd->super.component = component;
     smd->inner_component = span_md_find_inner_component(component,
                                                         inner_name);

@@ -192,9 +192,9 @@ ucs_status_t span_memh_seal(span_md_t *smd, span_memh_t *memh,
     }
     for (i = 0; (K > 0) && (i < memh->geom.num_chunks); ++i) {
         span_chunk_range(&memh->geom, i, &start, &length);
-        status = smd->inner_ops->mkey_pack(smd->inner, memh->inner[i],
-                                            (void*)(uintptr_t)start, length,
-                                            &params, keys + (i * K));
+        status = span_ucx_mkey_pack(smd->inner_ops, smd->inner,
+                                    memh->inner[i], (void*)(uintptr_t)start,
+                                    length, &params, keys + (i * K));
         if (status != UCS_OK) {
             ucs_error("span md %p: inner mkey pack of chunk %u [0x%" PRIx64
                       ", +%" PRIu64 ") failed: %s", smd, i, start, length,
@@ -288,9 +288,9 @@ static ucs_status_t span_md_pack_inner(span_md_t *smd, uct_mem_h memh,
         return status;
     }
     if (K > 0) {
-        status = smd->inner_ops->mkey_pack(smd->inner, memh,
-                                           (void*)(uintptr_t)desc.geom.base,
-                                           desc.geom.length, &params, key);
+        status = span_ucx_mkey_pack(smd->inner_ops, smd->inner, memh,
+                                    (void*)(uintptr_t)desc.geom.base,
+                                    desc.geom.length, &params, key);
         if (status != UCS_OK) {
             ucs_error("span md %p: inner mkey pack of memh %p failed: %s",
                       smd, memh, ucs_status_string(status));
@@ -405,4 +405,11 @@ span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address, size_t length,
         return UCS_OK;
     }
     return span_rkey_set_window(buffer, smem->rkey_size, base, range);
+}
+
+ucs_status_t span_md_mkey_pack_1_15(uct_md_h md, uct_mem_h memh,
+                                    const uct_md_mkey_pack_params_t *params,
+                                    void *buffer)
+{
+    return span_md_mkey_pack(md, memh, NULL, SIZE_MAX, params, buffer);
 }

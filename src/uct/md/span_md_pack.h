@@ -29,4 +29,11 @@ ucs_status_t span_md_mkey_pack(uct_md_h md, uct_mem_h memh, void *address,
                                const uct_md_mkey_pack_params_t *params,
                                void *buffer);
 
+/* span_md_mkey_pack as UCX 1.15 and earlier call it, without a range: the
+ * range a sealed handle was registered for, and a handle of the inner MD
+ * as the inner MD registered it (one of a keyless inner MD is refused) */
+ucs_status_t span_md_mkey_pack_1_15(uct_md_h md, uct_mem_h memh,
+                                    const uct_md_mkey_pack_params_t *params,
+                                    void *buffer);
+
 #endif

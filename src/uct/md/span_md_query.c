@@ -24,7 +24,8 @@ static int span_md_resolves(const span_md_t *smd)
 }
 
 /* Writes the caller's uct_md_attr_v2_t as its UCX lays it out: 1.21 and
- * earlier end it before required_mem_flags */
+ * earlier end it before required_mem_flags; 1.13's MDs write
+ * uct_md_attr_t (span_ucx_md_attr_export) */
 ucs_status_t span_md_query(uct_md_h md, uct_md_attr_v2_t *out)
 {
     span_md_t *smd = (span_md_t*)md;

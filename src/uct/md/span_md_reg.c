@@ -58,9 +58,9 @@ static ucs_status_t span_md_chunk_reg(span_md_t *smd, span_memh_t *memh,
     if (index + 1 == smd->test_fail_reg) {
         status = UCS_ERR_NO_MEMORY;
     } else {
-        status = smd->inner_ops->mem_reg(smd->inner, (void*)(uintptr_t)start,
-                                          length, params,
-                                          &memh->inner[index]);
+        status = span_ucx_mem_reg(smd->inner_ops, smd->inner,
+                                  (void*)(uintptr_t)start, length, params,
+                                  &memh->inner[index]);
     }
     if (status != UCS_OK) {
         ucs_error("span md %p: inner registration of chunk %u/%u [0x%" PRIx64
@@ -503,4 +503,15 @@ ucs_status_t span_md_mem_free(uct_md_h md, uct_mem_h memh)
     status = smd->inner_ops->mem_free(smd->inner, smem->inner[0]);
     free(smem);
     return status;
+}
+
+ucs_status_t span_md_mem_reg_1_13(uct_md_h md, void *address, size_t length,
+                                  unsigned flags, uct_mem_h *memh_p)
+{
+    uct_md_mem_reg_params_t params = {
+        .field_mask = UCT_MD_MEM_REG_FIELD_FLAGS,
+        .flags      = flags
+    };
+
+    return span_md_mem_reg(md, address, length, &params, memh_p);
 }

@@ -27,6 +27,10 @@ ucs_status_t span_md_mem_reg(uct_md_h md, void *address, size_t length,
                              const uct_md_mem_reg_params_t *params,
                              uct_mem_h *memh_p);
 
+/* span_md_mem_reg as UCX 1.13 calls it: flags, no params */
+ucs_status_t span_md_mem_reg_1_13(uct_md_h md, void *address, size_t length,
+                                  unsigned flags, uct_mem_h *memh_p);
+
 ucs_status_t span_md_mem_dereg(uct_md_h md,
                                const uct_md_mem_dereg_params_t *params);
 

@@ -10,6 +10,7 @@
  * only some releases export. Nothing is ever opened by name.
  */
 #include "span_ucx.h"
+#include "span_ucx_1_15.h"
 #include "span_ucx_1_19.h"
 #include "span_ucx_1_22.h"
 #include "span_ucx_1_23.h"
@@ -21,12 +22,49 @@
 #include <stdio.h>
 #include <string.h>
 
+/* What moves with uct_component_t, uct_tl_t and uct_md_ops_t up to 1.16:
+ * 1.14 (entries without flags), 1.15 (no rkey_compare), 1.16 and later */
+#define SPAN_UCX_COMPONENT_OFFSET(_minor, _field) \
+    (((_minor) <= 14) ? ucs_offsetof(span_ucx_1_14_component_t, _field) : \
+     ((_minor) == 15) ? ucs_offsetof(span_ucx_1_15_component_t, _field) : \
+                        ucs_offsetof(uct_component_t, _field))
+
+#define SPAN_UCX_LAYOUT_COMPONENT(_minor) \
+        .component_md_config_offset = \
+                SPAN_UCX_COMPONENT_OFFSET(_minor, md_config), \
+        .component_tl_list_offset  = \
+                SPAN_UCX_COMPONENT_OFFSET(_minor, tl_list), \
+        .component_list_offset     = SPAN_UCX_COMPONENT_OFFSET(_minor, list), \
+        .component_size            = \
+                ((_minor) <= 14) ? sizeof(span_ucx_1_14_component_t) : \
+                ((_minor) == 15) ? sizeof(span_ucx_1_15_component_t) : \
+                                   sizeof(uct_component_t), \
+        .tl_list_offset            = \
+                ((_minor) <= 14) ? ucs_offsetof(span_ucx_1_14_tl_t, list) : \
+                                   ucs_offsetof(uct_tl_t, list), \
+        .config_entry_size         = \
+                ((_minor) <= 14) ? sizeof(span_ucx_1_14_config_entry_t) : \
+                                   sizeof(ucs_config_global_list_entry_t), \
+        .md_detect_slot            = \
+                (((_minor) <= 13) ? \
+                 ucs_offsetof(span_ucx_1_13_md_ops_t, detect_memory_type) : \
+                 ((_minor) <= 15) ? \
+                 ucs_offsetof(span_ucx_1_15_md_ops_t, detect_memory_type) : \
+                 ucs_offsetof(uct_md_ops_t, detect_memory_type)) / \
+                sizeof(void*), \
+        .pack_no_range             = ((_minor) <= 15), \
+        .attr_no_nonblock          = ((_minor) <= 14), \
+        .config_fill_fields        = ((_minor) <= 14), \
+        .md_query_v1               = ((_minor) <= 13), \
+        .mem_reg_flags             = ((_minor) <= 13)
+
 /* A release with SGL ops (1.22 and later): uct_iface_attr_v2_t of that
  * release reports them, and its iface_query_v2 is slot 0 */
 #define SPAN_UCX_LAYOUT_SGL(_minor, _has, _lacks, _md_ops_size, \
                             _get_sgl_slot, _sgl_counts, _field_sgl, \
                             _field_flags, _flags) \
     { \
+        SPAN_UCX_LAYOUT_COMPONENT(_minor), \
         .major                     = 1, \
         .minor                     = _minor, \
         .has_symbol                = _has, \
@@ -55,6 +93,7 @@
 #define SPAN_UCX_LAYOUT_NO_SGL(_minor, _ops_minor, _has, _lacks, \
                                _md_ops_size) \
     { \
+        SPAN_UCX_LAYOUT_COMPONENT(_minor), \
         .calls_1_18                = ((_minor) <= 18), \
         .attr_no_gva               = ((_minor) <= 17), \
         .config_no_doc             = ((_minor) <= 16), \
@@ -66,9 +105,12 @@
         .internal_ops_size         = \
                 sizeof(span_ucx_1_##_ops_minor##_internal_ops_t), \
         .md_ops_size               = _md_ops_size, \
-        .md_attr_v2_size           = ((_minor) <= 17) ? \
-                                     SPAN_UCX_1_17_MD_ATTR_V2_SIZE : \
-                                     SPAN_UCX_1_19_MD_ATTR_V2_SIZE, \
+        .md_attr_v2_size           = \
+                ((_minor) <= 13) ? sizeof(uct_md_attr_t) : \
+                ((_minor) <= 14) ? SPAN_UCX_1_14_MD_ATTR_V2_SIZE : \
+                ((_minor) == 15) ? SPAN_UCX_1_15_MD_ATTR_V2_SIZE : \
+                ((_minor) <= 17) ? SPAN_UCX_1_17_MD_ATTR_V2_SIZE : \
+                                   SPAN_UCX_1_19_MD_ATTR_V2_SIZE, \
         .query_v2_slot             = -1, \
         .put_sgl_slot              = -1, \
         .get_sgl_slot              = -1 \
@@ -76,6 +118,12 @@
 
 static const span_ucx_layout_t span_ucx_layouts[] = {
 #ifndef SPAN_UCX_TEST_FOREIGN
+    SPAN_UCX_LAYOUT_NO_SGL(13, 13, "uct_md_mkey_pack_v2", "uct_md_query_v2",
+                           sizeof(span_ucx_1_13_md_ops_t)),
+    SPAN_UCX_LAYOUT_NO_SGL(14, 14, "uct_md_query_v2", "uct_sm_rkey_ptr",
+                           sizeof(span_ucx_1_15_md_ops_t)),
+    SPAN_UCX_LAYOUT_NO_SGL(15, 15, "uct_sm_rkey_ptr", "uct_rkey_compare",
+                           sizeof(span_ucx_1_15_md_ops_t)),
     SPAN_UCX_LAYOUT_NO_SGL(16, 19, "uct_rkey_compare", "uct_md_base_md_query",
                            SPAN_UCX_1_19_MD_OPS_SIZE),
     SPAN_UCX_LAYOUT_NO_SGL(17, 19, "uct_md_base_md_query",
@@ -231,7 +279,7 @@ ucs_status_t span_ucx_select(void)
     span_ucx_get_version_func_t get_version;
     const span_ucx_layout_t *layout;
     unsigned major, minor, release;
-    char supported[64];
+    char supported[128];
     ucs_status_t status;
     Dl_info info;
     void *libuct;
@@ -288,18 +336,67 @@ static int span_ucx_is_code(const void *func)
 
 int span_ucx_component_check(const uct_component_t *component)
 {
+    const ucs_list_link_t *tls = span_ucx_component_tls(component);
+
     return (memchr(component->name, '\0', sizeof(component->name)) != NULL) &&
            span_ucx_is_code((void*)component->query_md_resources) &&
            span_ucx_is_code((void*)component->md_open) &&
            span_ucx_is_code((void*)component->rkey_unpack) &&
-           (component->tl_list.next->prev == &component->tl_list);
+           (tls->next->prev == tls);
+}
+
+/* The entry's leading fields, which every release lays out alike */
+#define SPAN_UCX_ENTRY_COPY(_out, _in) \
+    do { \
+        (_out).name   = (_in).name; \
+        (_out).prefix = (_in).prefix; \
+        (_out).table  = (_in).table; \
+        (_out).size   = (_in).size; \
+    } while (0)
+
+/* The fields of a component of 1.15 or 1.14 (same names, other entries) */
+#define SPAN_UCX_COMPONENT_COPY(_out, _in) \
+    do { \
+        memcpy((_out).name, (_in).name, sizeof((_out).name)); \
+        (_out).query_md_resources = (void*)(_in).query_md_resources; \
+        (_out).md_open            = (void*)(_in).md_open; \
+        (_out).cm_open            = (void*)(_in).cm_open; \
+        (_out).rkey_unpack        = (void*)(_in).rkey_unpack; \
+        (_out).rkey_ptr           = (void*)(_in).rkey_ptr; \
+        (_out).rkey_release       = (void*)(_in).rkey_release; \
+        SPAN_UCX_ENTRY_COPY((_out).md_config, (_in).md_config); \
+        SPAN_UCX_ENTRY_COPY((_out).cm_config, (_in).cm_config); \
+        (_out).flags              = (_in).flags; \
+        (_out).md_vfs_init        = (void*)(_in).md_vfs_init; \
+    } while (0)
+
+void span_ucx_component_fit(uct_component_t *component)
+{
+    const uct_component_t c16 = *component;
+    span_ucx_1_15_component_t c15;
+    span_ucx_1_14_component_t c14;
+
+    if (span_ucx->component_size == sizeof(c16)) {
+        return;
+    }
+    memset(component, 0, sizeof(*component));
+    if (span_ucx->component_size == sizeof(c15)) {
+        memset(&c15, 0, sizeof(c15));
+        SPAN_UCX_COMPONENT_COPY(c15, c16);
+        memcpy(component, &c15, sizeof(c15));
+    } else {
+        memset(&c14, 0, sizeof(c14));
+        SPAN_UCX_COMPONENT_COPY(c14, c16);
+        memcpy(component, &c14, sizeof(c14));
+    }
+    ucs_list_head_init(span_ucx_component_tls(component));
 }
 
 static int span_ucx_is_component(const uct_component_t *component)
 {
     const uct_component_t *c;
 
-    ucs_list_for_each(c, &uct_components_list, list) {
+    span_ucx_components_for_each(c) {
         if (c == component) {
             return 1;
         }

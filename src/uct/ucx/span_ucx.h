@@ -19,6 +19,8 @@
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/linear_func.h>
 #include <ucs/type/cpu_set.h>
+#include "span_ucx_1_15.h"
+
 #include <string.h>
 
 /* --- ucs/debug/memtrack_int.h: what UCX allocates, UCX frees ---------- */
@@ -170,6 +172,10 @@ ucs_status_t uct_md_mkey_pack_v2(uct_md_h md, uct_mem_h memh, void *address,
                                  void *mkey_buffer);
 
 /* --- uct/base/uct_component.h ------------------------------------------- */
+
+/* uct_component_t and uct_tl_t as 1.16 and later lay them out; 1.14 and
+ * 1.15 in span_ucx_1_15.h, reached through span_ucx_component_* and
+ * span_ucx_tl_* */
 
 typedef struct uct_component uct_component_t;
 
@@ -335,6 +341,31 @@ typedef struct span_ucx_layout {
      * op's completion carries it: a refused access is reported that way
      * (span_split_refuse) */
     int        refuse_in_completion;
+    /* uct_component_t: where its md_config, tl_list and list are, and its
+     * size (1.15 and earlier have no rkey_compare; 1.14 and earlier
+     * configuration entries no flags) */
+    size_t     component_md_config_offset;
+    size_t     component_tl_list_offset;
+    size_t     component_list_offset;
+    size_t     component_size;
+    /* uct_tl_t: where its list is; ucs_config_global_list_entry_t: size */
+    size_t     tl_list_offset;
+    size_t     config_entry_size;
+    /* uct_md_ops_t: the slot of detect_memory_type */
+    unsigned   md_detect_slot;
+    /* 1.15 and earlier: an MD's mkey_pack takes no range, and its ops
+     * have is_sockaddr_accessible (span_ucx_1_15.h) */
+    int        pack_no_range;
+    /* 1.14 and earlier: uct_md_attr_v2_t has no reg_nonblock_mem_types, in
+     * the middle, and ucs_config_parser_fill_opts takes the table, not the
+     * entry */
+    int        attr_no_nonblock;
+    int        config_fill_fields;
+    /* 1.13: an MD's query writes uct_md_attr_t (md_attr_v2_size is its
+     * size), there is no uct_md_query_v2, and mem_reg takes flags, not
+     * params (span_ucx_1_15.h) */
+    int        md_query_v1;
+    int        mem_reg_flags;
 } span_ucx_layout_t;
 
 /* The layout of the UCX in the process; set by span_ucx_select() */
@@ -366,41 +397,113 @@ span_ucx_mem_alloc(const uct_md_ops_t *ops, uct_md_h md, size_t *length_p,
                           alloc_name, memh_p);
 }
 
+/* The fields of 1.22's uct_md_attr_v2_t that the UCX in the process lacks
+ * in the middle of its own, in order of offset; SIZE_MAX for one it has */
+#define SPAN_UCX_MD_ATTR_GAPS 2
+
+static inline void span_ucx_md_attr_gaps(size_t *gaps)
+{
+    gaps[0] = span_ucx->attr_no_nonblock ?
+              ucs_offsetof(uct_md_attr_v2_t, reg_nonblock_mem_types) :
+              SIZE_MAX;
+    gaps[1] = span_ucx->attr_no_gva ?
+              ucs_offsetof(uct_md_attr_v2_t, gva_mem_types) : SIZE_MAX;
+}
+
+/* Copies the fields of attr (1.22's layout) that the release lays out in
+ * release (span_ucx->md_attr_v2_size bytes): into release where
+ * to_release, else from it (the fields it lacks are left as they are) */
+static inline void span_ucx_md_attr_convert(uct_md_attr_v2_t *attr,
+                                            void *release, int to_release)
+{
+    size_t gaps[SPAN_UCX_MD_ATTR_GAPS], at = 0, pos = 0, len;
+    unsigned i;
+
+    span_ucx_md_attr_gaps(gaps);
+    for (i = 0; i <= SPAN_UCX_MD_ATTR_GAPS; ++i) {
+        if ((i < SPAN_UCX_MD_ATTR_GAPS) && (gaps[i] == SIZE_MAX)) {
+            continue;
+        }
+        len = (i < SPAN_UCX_MD_ATTR_GAPS) ? gaps[i] - at :
+              span_ucx->md_attr_v2_size - pos;
+        if (to_release) {
+            memcpy((char*)release + pos, (const char*)attr + at, len);
+        } else {
+            memcpy((char*)attr + at, (const char*)release + pos, len);
+        }
+        pos += len;
+        at  += len + sizeof(uint64_t);
+    }
+}
+
+/* The fields of uct_md_attr_t (1.13's MD attributes) from 1.22's, or to
+ * them where to_v1 */
+static inline void span_ucx_md_attr_v1(uct_md_attr_v2_t *attr,
+                                       uct_md_attr_t *v1, int to_v1)
+{
+#define SPAN_UCX_MD_ATTR_V1(_v1, _v2) \
+    if (to_v1) { \
+        memcpy(&v1->_v1, &attr->_v2, sizeof(v1->_v1)); \
+    } else { \
+        memcpy(&attr->_v2, &v1->_v1, sizeof(v1->_v1)); \
+    }
+    SPAN_UCX_MD_ATTR_V1(cap.max_alloc, max_alloc)
+    SPAN_UCX_MD_ATTR_V1(cap.max_reg, max_reg)
+    SPAN_UCX_MD_ATTR_V1(cap.flags, flags)
+    SPAN_UCX_MD_ATTR_V1(cap.reg_mem_types, reg_mem_types)
+    SPAN_UCX_MD_ATTR_V1(cap.detect_mem_types, detect_mem_types)
+    SPAN_UCX_MD_ATTR_V1(cap.alloc_mem_types, alloc_mem_types)
+    SPAN_UCX_MD_ATTR_V1(cap.access_mem_types, access_mem_types)
+    SPAN_UCX_MD_ATTR_V1(reg_cost, reg_cost)
+    SPAN_UCX_MD_ATTR_V1(component_name, component_name)
+    SPAN_UCX_MD_ATTR_V1(rkey_packed_size, rkey_packed_size)
+    SPAN_UCX_MD_ATTR_V1(local_cpus, local_cpus)
+#undef SPAN_UCX_MD_ATTR_V1
+}
+
 /* The MD attributes attr (1.22's layout) as the UCX in the process lays
  * them out, into out (span_ucx->md_attr_v2_size bytes) */
 static inline void span_ucx_md_attr_export(const uct_md_attr_v2_t *attr,
                                            void *out)
 {
-    const size_t gva = ucs_offsetof(uct_md_attr_v2_t, gva_mem_types);
-
-    if (!span_ucx->attr_no_gva) {
-        memcpy(out, attr, span_ucx->md_attr_v2_size);
+    if (span_ucx->md_query_v1) {
+        span_ucx_md_attr_v1((uct_md_attr_v2_t*)attr, (uct_md_attr_t*)out,
+                            1);
         return;
     }
-    memcpy(out, attr, gva);
-    memcpy((char*)out + gva, (const char*)attr + gva + sizeof(uint64_t),
-           span_ucx->md_attr_v2_size - gva);
+    span_ucx_md_attr_convert((uct_md_attr_v2_t*)attr, out, 1);
 }
+
+/* 1.13 has no uct_md_query_v2: referenced weakly, so that the plugin
+ * loads there even where symbols are bound at once (LD_BIND_NOW) */
+#pragma weak uct_md_query_v2
 
 /* uct_md_query_v2 of md into attr, in 1.22's layout whatever the UCX in
  * the process lays out (its fields the release lacks: 0) */
 static inline ucs_status_t span_ucx_md_query(uct_md_h md,
                                              uct_md_attr_v2_t *attr)
 {
-    const size_t gva = ucs_offsetof(uct_md_attr_v2_t, gva_mem_types);
+    uint64_t field_mask = attr->field_mask;
     uct_md_attr_v2_t release;
+    uct_md_attr_t v1;
     ucs_status_t status;
 
-    if (!span_ucx->attr_no_gva) {
+    if (span_ucx->md_query_v1) {
+        memset(&v1, 0, sizeof(v1));
+        status = uct_md_query(md, &v1);
+        memset(attr, 0, sizeof(*attr));
+        attr->field_mask = field_mask;
+        span_ucx_md_attr_v1(attr, &v1, 0);
+        return status;
+    }
+    if (!span_ucx->attr_no_gva && !span_ucx->attr_no_nonblock) {
         return uct_md_query_v2(md, attr);
     }
     memset(&release, 0, sizeof(release));
-    release.field_mask = attr->field_mask;
+    release.field_mask = field_mask;
     status             = uct_md_query_v2(md, &release);
-    memcpy(attr, &release, gva);
-    attr->gva_mem_types = 0;
-    memcpy((char*)attr + gva + sizeof(uint64_t), (char*)&release + gva,
-           span_ucx->md_attr_v2_size - gva);
+    memset(attr, 0, sizeof(*attr));
+    span_ucx_md_attr_convert(attr, &release, 0);
     return status;
 }
 
@@ -474,6 +577,145 @@ span_ucx_rkey_unpack(uct_component_t *component, const void *rkey_buffer,
     return component->rkey_unpack(component, rkey_buffer, params, rkey_p,
                                   handle_p);
 }
+
+/* uct_md_ops_t.mkey_pack of 1.15 and earlier: no range */
+typedef ucs_status_t (*span_ucx_mkey_pack_1_15_func_t)(
+        uct_md_h md, uct_mem_h memh, const uct_md_mkey_pack_params_t *params,
+        void *buffer);
+
+/* An MD's mkey_pack, as the UCX in the process calls it (the range is
+ * dropped where it takes none: the MD packs its whole registration) */
+static inline ucs_status_t
+span_ucx_mkey_pack(const uct_md_ops_t *ops, uct_md_h md, uct_mem_h memh,
+                   void *address, size_t length,
+                   const uct_md_mkey_pack_params_t *params, void *buffer)
+{
+    if (span_ucx->pack_no_range) {
+        return ((span_ucx_mkey_pack_1_15_func_t)(void*)ops->mkey_pack)(
+                md, memh, params, buffer);
+    }
+    return ops->mkey_pack(md, memh, address, length, params, buffer);
+}
+
+/* An MD's mem_reg, as the UCX in the process calls it (1.13: the flags of
+ * params alone) */
+static inline ucs_status_t
+span_ucx_mem_reg(const uct_md_ops_t *ops, uct_md_h md, void *address,
+                 size_t length, const uct_md_mem_reg_params_t *params,
+                 uct_mem_h *memh_p)
+{
+    if (span_ucx->mem_reg_flags) {
+        return ((span_ucx_mem_reg_1_13_func_t)(void*)ops->mem_reg)(
+                md, address, length,
+                (params->field_mask & UCT_MD_MEM_REG_FIELD_FLAGS) ?
+                params->flags : 0, memh_p);
+    }
+    return ops->mem_reg(md, address, length, params, memh_p);
+}
+
+typedef ucs_status_t (*span_ucx_detect_memory_type_func_t)(
+        uct_md_h md, const void *addr, size_t length,
+        ucs_memory_type_t *mem_type_p);
+
+/* An MD's detect_memory_type, wherever the release has it in the ops */
+static inline ucs_status_t
+span_ucx_detect_memory_type(const uct_md_ops_t *ops, uct_md_h md,
+                            const void *addr, size_t length,
+                            ucs_memory_type_t *mem_type_p)
+{
+    return ((span_ucx_detect_memory_type_func_t)
+            ((void *const*)ops)[span_ucx->md_detect_slot])(md, addr, length,
+                                                           mem_type_p);
+}
+
+/* The components UCX registered, as the release lays uct_component_t out:
+ * the next after component, or the first where it is NULL; NULL after the
+ * last */
+static inline uct_component_t *
+span_ucx_component_next(const uct_component_t *component)
+{
+    const ucs_list_link_t *link =
+            (component == NULL) ? &uct_components_list :
+            (const ucs_list_link_t*)((const char*)component +
+                                     span_ucx->component_list_offset);
+
+    return (link->next == &uct_components_list) ? NULL :
+           (uct_component_t*)((char*)link->next -
+                              span_ucx->component_list_offset);
+}
+
+#define span_ucx_components_for_each(_component) \
+    for ((_component) = span_ucx_component_next(NULL); (_component) != NULL; \
+         (_component) = span_ucx_component_next(_component))
+
+/* A component's list link, its transports' list head, its MD
+ * configuration entry (whose leading fields every release lays out the
+ * same: name, prefix, table, size, list) */
+static inline ucs_list_link_t *span_ucx_component_link(
+        const uct_component_t *component)
+{
+    return (ucs_list_link_t*)((char*)component +
+                              span_ucx->component_list_offset);
+}
+
+static inline ucs_list_link_t *span_ucx_component_tls(
+        const uct_component_t *component)
+{
+    return (ucs_list_link_t*)((char*)component +
+                              span_ucx->component_tl_list_offset);
+}
+
+static inline ucs_config_global_list_entry_t *
+span_ucx_component_md_config(const uct_component_t *component)
+{
+    return (ucs_config_global_list_entry_t*)(
+            (char*)component + span_ucx->component_md_config_offset);
+}
+
+/* A transport's list link, and the transport after tl in the list at head
+ * (the first where tl is NULL; NULL after the last) */
+static inline ucs_list_link_t *span_ucx_tl_link(const uct_tl_t *tl)
+{
+    return (ucs_list_link_t*)((char*)tl + span_ucx->tl_list_offset);
+}
+
+static inline uct_tl_t *span_ucx_tl_next(const ucs_list_link_t *head,
+                                         const uct_tl_t *tl)
+{
+    const ucs_list_link_t *link = (tl == NULL) ? head : span_ucx_tl_link(tl);
+
+    return (link->next == head) ? NULL :
+           (uct_tl_t*)((char*)link->next - span_ucx->tl_list_offset);
+}
+
+#define span_ucx_tls_for_each(_tl, _head) \
+    for ((_tl) = span_ucx_tl_next(_head, NULL); (_tl) != NULL; \
+         (_tl) = span_ucx_tl_next(_head, _tl))
+
+/* ucs_config_parser_fill_opts of entry, as the UCX in the process takes
+ * it */
+static inline ucs_status_t
+span_ucx_config_fill(void *opts, ucs_config_global_list_entry_t *entry,
+                     const char *env_prefix, int ignore_errors)
+{
+    span_ucx_fill_opts_1_14_func_t fill_1_14;
+
+    if (span_ucx->config_fill_fields) {
+        fill_1_14 = (span_ucx_fill_opts_1_14_func_t)(void*)
+                    ucs_config_parser_fill_opts;
+        return fill_1_14(opts, entry->table, env_prefix, entry->prefix,
+                         ignore_errors);
+    }
+    return ucs_config_parser_fill_opts(opts, entry, env_prefix,
+                                       ignore_errors);
+}
+
+/*
+ * Lays component, 1.16's uct_component_t, out in place as the release
+ * reads it (1.15 and earlier: no rkey_compare; 1.14 and earlier: entries
+ * without flags). Before it is registered, its transports list empty.
+ */
+void span_ucx_component_fit(uct_component_t *component);
 
 /*
  * Learns which UCX the plugin's UCX symbols resolve to and selects its

@@ -172,7 +172,7 @@ protected:
             /* UCP's requests break where it completes inside the op */
             EXPECT_EQ(1, comp.super.count) << "completed inside the op";
             while (comp.super.count > 0) {
-                uct_worker_progress(worker);
+                test_worker_progress(worker);
             }
             status = comp.super.status;
         }

@@ -154,9 +154,17 @@ for v in $releases; do
     case $v in
     1.13.*) uct_filter="$uct_filter:*foreign_memh_is_refused_by_pack*" ;;
     esac
-    # every row runs the refused-access scenarios: in 1.18 and earlier,
-    # whose UCP aborts the process on a zero-copy get whose op returns an
-    # error, span reports the refusal through the op's completion
+    # the refused-access scenarios run from 1.16: in 1.16 to 1.18, whose UCP
+    # aborts the process on a zero-copy get whose op returns an error, span
+    # reports the refusal through the op's completion. UCP 1.13 to 1.15
+    # carried span-check's 128-byte access past a registration without an
+    # op of any twin (native's bytes and status, over posix,cma+ and
+    # posix+,cma+, its v1 protocols and v2 alike): nothing to refuse there;
+    # their UCT tests check the refusal (in the op's completion)
+    ucp_filter='*'
+    case $v in
+    1.13.*|1.14.*|1.15.*) ucp_filter='-*out_of_bounds*:*past_the*' ;;
+    esac
     span="LD_PRELOAD=${sanitizer:+$sanitizer:}$plugin"
     twins=$(env LD_LIBRARY_PATH="$prefix/lib" "$span" \
                 UCX_WARN_UNUSED_ENV_VARS=n "$prefix/bin/ucx_info" -d |
@@ -167,24 +175,29 @@ for v in $releases; do
     *) twins="FAILED: '$twins'"; failed=1 ;;
     esac
     cuda=$(cuda_row "$v" "$span") || failed=1
-    check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 -r 2) ||
-        failed=1
-    # span-check's access out of bounds over the twins: the status UCP
-    # gave the application, and span-check's verdict
-    refused=$(awk -F'|' '/^\| out of bounds / && $3 ~ /\+/ {
-                  gsub(/^ +| +$/, "", $4); gsub(/^ +| +$/, "", $8);
-                  printf "%s%s (%s)", sep, $4, $8; sep = "; " }' \
-              "$log/$v-span_check.log")
-    case $refused in
-    "Address not valid (ok: refused)") ;;
-    *) refused="FAILED: ${refused:-no row}"; failed=1 ;;
-    esac
+    if [ "$ucp_filter" = '*' ]; then
+        check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 \
+                    -r 2) || failed=1
+        # span-check's access out of bounds over the twins: the status UCP
+        # gave the application, and span-check's verdict
+        refused=$(awk -F'|' '/^\| out of bounds / && $3 ~ /\+/ {
+                      gsub(/^ +| +$/, "", $4); gsub(/^ +| +$/, "", $8);
+                      printf "%s%s (%s)", sep, $4, $8; sep = "; " }' \
+                  "$log/$v-span_check.log")
+        case $refused in
+        "Address not valid (ok: refused)") ;;
+        *) refused="FAILED: ${refused:-no row}"; failed=1 ;;
+        esac
+    else
+        check="not run: UCP $v carries its access out of bounds without a twin"
+        refused="not run"
+    fi
     uct=$(run "$v" uct env "$span" \
               UCX_MODULE_DIR="$build/test/modules/.libs" \
               ./span_uct_test --gtest_filter="$uct_filter") || failed=1
     ucp=$(run "$v" ucp env "$span" \
               UCX_MODULE_DIR="$build/test/modules/.libs" \
-              ./span_ucp_test) || failed=1
+              ./span_ucp_test --gtest_filter="$ucp_filter") || failed=1
     version=$(run "$v" version \
                   env LD_PRELOAD="${sanitizer:+$sanitizer:}$build/test/mismatch/.libs/libuct_span.so" \
                   ./span_version_test) || failed=1

@@ -171,4 +171,45 @@ grep -q 'holds 0x42' "$tmp/dyn/1/rank.1/stdout" ||
     { out dyn; fail "--dyn-last pad over ${twins[0]}: the byte did not land"; }
 step "dynamic window, region attached one byte longer, put to its last" \
      "used byte over ${twins[0]}: landed"
+
+# 4. the distribution's own UCX, which its Open MPI links (Debian 12:
+# 1.13.1), span preloaded into the ranks as a user of that machine loads
+# it: the suite over self,posix,cma and self+,posix+,cma+ gives the same
+# rows, and UCP's endpoints (UCX_LOG_LEVEL=info) take their RMA lanes and
+# their tag lanes from the twins
+distro=$(ldconfig -p | awk '/libucp\.so\.0 .*x86-64/ {print $NF; exit}')
+if [ -z "$distro" ]; then
+    step "no UCX of the distribution: its row is not run"
+elif [ ${#sanitize[@]} -gt 0 ]; then
+    step "the distribution's UCX: not run under a sanitizer (its runtime" \
+         "would have to come first in every rank)"
+else
+    drun() { # NAME TLS: the suite in the distribution's UCX
+        rm -rf "${tmp:?}/$1"
+        env -u LD_LIBRARY_PATH -u UCX_MODULE_DIR "${mpirun[@]}" \
+            -x LD_PRELOAD="$build/src/uct/.libs/libuct_span.so" \
+            -x UCX_TLS="$2" -x UCX_LOG_LEVEL=info \
+            --output-filename "$tmp/$1" "$prog" >"$tmp/$1.log" 2>&1
+    }
+    drun distro-native self,posix,cma ||
+        { tail -n 20 "$tmp/distro-native.log"; fail "$distro: the suite natively"; }
+    drun distro-twin self+,posix+,cma+ ||
+        { tail -n 20 "$tmp/distro-twin.log"; fail "$distro: the suite over twins"; }
+    version=$(grep -aoE 'Version [0-9.]+' "$tmp/distro-twin/1/rank.0/stdout" |
+              head -n 1)
+    rows distro-native > "$tmp/distro-native.rows"
+    rows distro-twin > "$tmp/distro-twin.rows"
+    grep -v '| pass ' "$tmp/distro-native.rows" &&
+        fail "$distro: rows fail natively (above)"
+    diff "$tmp/distro-native.rows" "$tmp/distro-twin.rows" >&2 ||
+        fail "$distro: rows over twins differ from native ones (above)"
+    lanes=$(grep -aoE 'ep_cfg\[[0-9]+\]: .*' "$tmp/distro-twin/1/rank.0/stdout" |
+            sort -u)
+    grep -qE 'rma\([^)]*\+' <<< "$lanes" && grep -qE 'tag\([^)]*cma\+' <<< "$lanes" ||
+        { echo "$lanes"; fail "$distro: UCP took no twin for RMA or tags"; }
+    step "the distribution's UCX ($distro, ${version:-version not logged})," \
+         "its Open MPI: the same $(wc -l < "$tmp/distro-twin.rows") rows over" \
+         "self+,posix+,cma+ as over self,posix,cma; lanes:" \
+         "$(paste -sd';' <<< "$lanes")"
+fi
 step "passed"

@@ -92,7 +92,7 @@ struct span_vmm_copy {
      * client's pattern of posts and progress cut its ops into launches */
     struct {
         uint64_t   alone, batches, batched, progress;
-        uint64_t in_progress, in_submit; /* ns */
+        uint64_t in_submit; /* ns */
     } stats;
     uint64_t                  vendor[]; /* ops->vendor_size bytes */
 };
@@ -515,24 +515,22 @@ static void span_vmm_copy_complete(span_vmm_copy_desc_t *desc,
 }
 
 /* Whether the burst the batch being filled gathers has ended, for a
- * progress at now: the thread that posted its last op progresses (it
+ * progress: the thread that posted its last op progresses (it
  * posts no more meanwhile), or it posted nothing for burst_gap. A
  * progress thread that queued the gathered ops whenever the device was
  * idle cut NIXL's 4096 pages of 16 KiB into 7511 launches of 5.4 ops (one
  * H200): its progress ran between every few posts */
-static int span_vmm_copy_burst_ended(const span_vmm_copy_t *copy,
-                                     uint64_t now)
+static int span_vmm_copy_burst_ended(const span_vmm_copy_t *copy)
 {
     return (copy->burst_gap == 0) ||
            pthread_equal(pthread_self(), copy->poster) ||
-           (now - copy->posted_at >= copy->burst_gap);
+           (span_vmm_copy_now() - copy->posted_at >= copy->burst_gap);
 }
 
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
 {
     span_vmm_copy_desc_t *desc;
     span_vmm_copy_flush_t *flush;
-    uint64_t start = span_vmm_copy_now();
     ucs_status_t status;
     unsigned count = 0;
 
@@ -562,7 +560,7 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
     /* the ops gathered while the device was busy go once it has room and
      * their burst ended */
     if ((copy->pending != NULL) && (copy->in_flight < SPAN_VMM_COPY_DEPTH) &&
-        span_vmm_copy_burst_ended(copy, start)) {
+        span_vmm_copy_burst_ended(copy)) {
         span_vmm_copy_submit(copy);
     }
     while (!ucs_list_is_empty(&copy->flushes)) {
@@ -574,7 +572,6 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
         span_completion_invoke(flush->comp, UCS_OK);
         free(flush);
     }
-    copy->stats.in_progress += span_vmm_copy_now() - start;
     return count;
 }
 
@@ -648,13 +645,12 @@ static void span_vmm_copy_log_stats(const span_vmm_copy_t *copy)
     }
     ucs_info("span %s copy %p: %" PRIu64 " ops: %" PRIu64 " alone, %"
              PRIu64 " in %" PRIu64 " batches (%.1f per batch); %" PRIu64
-             " progress calls, %.1f ms in them, %.1f ms queueing batches",
+             " progress calls, %.1f ms queueing batches",
              copy->ops->name, copy, copy->posted, copy->stats.alone,
              copy->stats.batched, copy->stats.batches,
              copy->stats.batches ? (double)copy->stats.batched /
                                    copy->stats.batches : 0.0,
              copy->stats.progress,
-             copy->stats.in_progress / 1e6,
              copy->stats.in_submit / 1e6);
 }
 

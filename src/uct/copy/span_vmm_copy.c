@@ -91,7 +91,7 @@ struct span_vmm_copy {
     /* what the engine did, logged at its end (UCX_LOG_LEVEL=info): how a
      * client's pattern of posts and progress cut its ops into launches */
     struct {
-        uint64_t   alone, batches, batched, progress;
+        uint64_t alone, batches, batched, progress;
         uint64_t in_submit; /* ns */
     } stats;
     uint64_t                  vendor[]; /* ops->vendor_size bytes */
@@ -233,10 +233,9 @@ static void span_vmm_copy_submit(span_vmm_copy_t *copy)
                                       .signal = desc->signal};
     size_t i, queued = 0, piece = 0;
     span_vmm_copy_piece_t *p;
+    uint64_t start                 = span_vmm_copy_now();
     ucs_status_t status;
     unsigned j;
-
-    uint64_t start = span_vmm_copy_now();
 
     copy->pending  = NULL;
     desc->signaled = 1;

@@ -216,20 +216,32 @@ static void span_split_defer(span_split_queue_t *queue, span_split_t *split)
     span_split_enqueue(queue, split);
 }
 
+/* An op of ep that completes comp with status (its first error), holding
+ * the issuing guard; nothing to issue yet */
+static span_split_t *span_split_new(uct_ep_h ep, uct_completion_t *comp,
+                                    ucs_status_t status)
+{
+    span_split_t *split = calloc(1, sizeof(*split));
+
+    if (split != NULL) {
+        split->super.func   = span_split_done;
+        split->super.count  = 1;
+        split->super.status = status;
+        split->comp         = comp;
+        split->ep           = ep;
+    }
+    return split;
+}
+
 ucs_status_t span_split_refuse(span_split_queue_t *queue, uct_ep_h ep,
                                uct_completion_t *comp, ucs_status_t status)
 {
-    span_split_t *split = calloc(1, sizeof(*split));
+    span_split_t *split = span_split_new(ep, comp, status);
 
     if (split == NULL) {
         return status;
     }
     /* nothing left to issue: its first progress completes it with status */
-    split->super.func   = span_split_done;
-    split->super.count  = 1;
-    split->super.status = status;
-    split->comp         = comp;
-    split->ep           = ep;
     span_split_enqueue(queue, split);
     return UCS_INPROGRESS;
 }
@@ -286,17 +298,12 @@ ucs_status_t span_split_zcopy(span_split_queue_t *queue, uct_ep_h ep,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    split = calloc(1, sizeof(*split));
+    split = span_split_new(ep, comp, UCS_OK);
     if (split == NULL) {
         ucs_error("span split: no memory to split an op at 0x%" PRIx64, remote_addr);
         return UCS_ERR_NO_MEMORY;
     }
 
-    split->super.func   = span_split_done;
-    split->super.count  = 1;
-    split->super.status = UCS_OK;
-    split->comp         = comp;
-    split->ep           = ep;
     split->zcopy        = zcopy;
     split->rkey         = rkey;
     split->remote_addr  = remote_addr;

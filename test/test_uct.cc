@@ -80,6 +80,7 @@ TEST_P(span_uct, put_get_short_and_bcopy)
     }
     uint64_t v = 0x1122334455667788ull, r = 0;
     ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, &v, sizeof(v), raddr(128), rkey.rkey));
+    flush();
     EXPECT_EQ(0, memcmp(&v, &remote[128], sizeof(v)));
     if (iface_attr.cap.flags & UCT_IFACE_FLAG_GET_SHORT) {
         ASSERT_EQ(UCS_OK, uct_ep_get_short(ep, &r, sizeof(r), raddr(128),
@@ -91,6 +92,7 @@ TEST_P(span_uct, put_get_short_and_bcopy)
     pack_arg arg = {src.data(), src.size()};
     EXPECT_EQ(ssize_t(src.size()),
               uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(4096), rkey.rkey));
+    flush();
     EXPECT_EQ(0, memcmp(src.data(), &remote[4096], src.size()));
     completion comp;
     wait(uct_ep_get_bcopy(ep, unpack_cb, dst.data(), dst.size(), raddr(4096),
@@ -416,41 +418,138 @@ uct_ep_put_sgl_zcopy(uct_ep_h ep, void *const *buffers, const size_t *lengths,
                      uct_rkey_t const *rkeys, const size_t *counts,
                      const size_t *strides, size_t count,
                      uct_completion_t *comp);
+/* UCX 1.23's; absent from 1.22 */
+extern "C" __attribute__((weak)) ucs_status_t
+uct_ep_get_sgl_zcopy(uct_ep_h ep, void *const *buffers, const size_t *lengths,
+                     uct_mem_h const *memhs, const uint64_t *remote_addrs,
+                     uct_rkey_t const *rkeys, const size_t *counts,
+                     const size_t *strides, size_t count,
+                     uct_completion_t *comp);
 
-/* The capability flags of uct_iface_attr_v2_t: in 1.22 the field-mask bit 1
- * after one SGL count, in 1.23 bit 2 after two; SGL put is bit 0 of both */
-static void v2_cap_flags_query(uct_iface_h iface, uint64_t *flags_p)
+/* The capability flags of uct_iface_attr_v2_t and its SGL counts: in 1.22
+ * the field-mask bit 1 after one SGL count, in 1.23 bit 2 after two; SGL
+ * put is bit 0 of both, SGL get bit 1 of 1.23's */
+static void v2_sgl_query(uct_iface_h iface, uint64_t *flags_p,
+                         size_t *put_max_p, size_t *get_max_p)
 {
     bool v1_23  = dlsym(RTLD_DEFAULT, "uct_md_mem_elem_release") != NULL;
     uint64_t attr[16] = {};
-    attr[0]     = v1_23 ? UCS_BIT(2) : UCS_BIT(1);
+    attr[0]     = v1_23 ? (UCS_BIT(2) | 3) : (UCS_BIT(1) | 1);
     ASSERT_EQ(UCS_OK, uct_iface_query_v2(iface, attr));
-    *flags_p = attr[v1_23 ? 3 : 2];
+    *flags_p   = attr[v1_23 ? 3 : 2];
+    *put_max_p = attr[1];
+    *get_max_p = v1_23 ? attr[2] : 0;
 }
 
-/* SGL zero-copy would hand span rkeys and memhs to the inner op: a twin
- * neither advertises it nor lets a call through, and does not promise that
- * an AM follows earlier puts (it may defer pieces of one) */
-TEST_P(span_uct, twin_offers_no_sgl_and_no_put_am_order)
+/* The twin offers SGL zero-copy where it has zero-copy, each element
+ * checked; it does not promise that an AM follows earlier puts (it may
+ * defer pieces of one) */
+TEST_P(span_uct, twin_offers_sgl_and_no_put_am_order)
 {
     if (!twin) {
         GTEST_SKIP() << "twins only";
     }
     uint64_t flags = ~0ull;
-    ASSERT_NO_FATAL_FAILURE(v2_cap_flags_query(iface, &flags));
-    EXPECT_EQ(0u, flags & 3u) << "SGL put/get advertised by " << GetParam();
+    size_t put_max = 0, get_max = 0;
+    ASSERT_NO_FATAL_FAILURE(v2_sgl_query(iface, &flags, &put_max, &get_max));
+    bool put = iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_ZCOPY;
+    EXPECT_EQ(put, bool(flags & 1)) << GetParam();
+    EXPECT_EQ(put ? 256u : 0u, put_max);
+    if (uct_ep_get_sgl_zcopy != NULL) {
+        bool get = iface_attr.cap.flags & UCT_IFACE_FLAG_GET_ZCOPY;
+        EXPECT_EQ(get, bool(flags & 2)) << GetParam();
+        EXPECT_EQ(get ? 256u : 0u, get_max);
+    }
     EXPECT_FALSE(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_AM_ORDER);
+}
 
-    uint8_t byte       = 0;
-    void *buffer       = &byte;
-    size_t length      = 1, count = 1, stride = 0;
-    uint64_t addr      = raddr(0);
-    uct_mem_h lmemh    = UCT_MEM_HANDLE_NULL;
-    log_counter logs;
-    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
-              uct_ep_put_sgl_zcopy(ep, &buffer, &length, &lmemh, &addr,
-                                   &rkey.rkey, &count, &stride, 1, NULL));
-    EXPECT_EQ(1u, logs.count("SGL zcopy is not offered"));
+/* One SGL op (a put, then where the release has it a get) of elements
+ * scattered over the registration, one strided, and, with bad, one whose
+ * last byte lies past the registration's end: every other element's bytes
+ * land (each element is checked alone), the bad one moves none, and the
+ * op fails with UCS_ERR_INVALID_ADDR (returned, or in its completion) */
+TEST_P(span_uct, sgl_moves_every_element_and_refuses_one_outside)
+{
+    if (!twin) {
+        GTEST_SKIP() << "natively cma and self offer no SGL";
+    }
+    auto round = [&](bool bad, bool is_put) {
+        const size_t n = 40;
+        std::vector<uint8_t> local(64 * 1024);
+        std::vector<void*> buffers(n);
+        std::vector<size_t> lengths(n), counts(n, 1), strides(n, 0);
+        std::vector<uint64_t> addrs(n);
+        std::vector<uct_rkey_t> rkeys(n, rkey.rkey);
+        std::vector<uct_mem_h> memhs(n);
+        uct_mem_h lmemh = reg(local.data(), local.size());
+        for (size_t i = 0; i < local.size(); ++i) {
+            local[i] = uint8_t(i * 13 + (is_put ? 1 : 2));
+        }
+        std::vector<uint8_t> before = remote;
+        std::vector<uint8_t> expect = remote;
+        for (size_t i = 0; i < n; ++i) {
+            size_t off = i * 1500 + (i % 5), loff = (n - 1 - i) * 1500;
+            buffers[i] = &local[loff];
+            lengths[i] = 1 + (i * 37) % 1200;
+            addrs[i]   = raddr(off);
+            memhs[i]   = lmemh;
+        }
+        counts[3]  = 4;  /* 4 blocks of 16 bytes, 100 apart, on both sides */
+        lengths[3] = 16;
+        strides[3] = 100;
+        if (bad) {
+            addrs[7]   = raddr(size - 8);
+            lengths[7] = 16;
+        }
+        log_counter logs;
+        completion c;
+        ucs_status_t st = is_put ?
+                uct_ep_put_sgl_zcopy(ep, buffers.data(), lengths.data(),
+                                     memhs.data(), addrs.data(), rkeys.data(),
+                                     counts.data(), strides.data(), n, &c.super) :
+                uct_ep_get_sgl_zcopy(ep, buffers.data(), lengths.data(),
+                                     memhs.data(), addrs.data(), rkeys.data(),
+                                     counts.data(), strides.data(), n, &c.super);
+        EXPECT_EQ(bad ? UCS_ERR_INVALID_ADDR : UCS_OK, outcome(st, c));
+        EXPECT_EQ(bad ? 1u : 0u, logs.count("is outside the registered extent"));
+        flush();
+        for (size_t i = 0; i < n; ++i) {
+            if (bad && (i == 7)) {
+                continue;
+            }
+            for (size_t k = 0; k < counts[i]; ++k) {
+                size_t off = addrs[i] - raddr(0) + k * strides[i];
+                uint8_t *lb = (uint8_t*)buffers[i] + k * strides[i];
+                for (size_t j = 0; j < lengths[i]; ++j) {
+                    if (is_put) {
+                        expect[off + j] = lb[j];
+                    } else {
+                        ASSERT_EQ(before[off + j], lb[j]) << "get, element " << i;
+                    }
+                }
+            }
+        }
+        if (is_put) {
+            EXPECT_TRUE(expect == remote) << "put: bytes of an element wrong";
+        } else {
+            EXPECT_TRUE(before == remote);
+        }
+        EXPECT_TRUE(guard_intact());
+        dereg(lmemh);
+    };
+
+    uint64_t flags;
+    size_t put_max, get_max;
+    ASSERT_NO_FATAL_FAILURE(v2_sgl_query(iface, &flags, &put_max, &get_max));
+    if (!(flags & 1)) {
+        GTEST_SKIP() << GetParam() << " has no zero-copy put, nor SGL";
+    }
+    for (bool bad : {false, true}) {
+        ASSERT_NO_FATAL_FAILURE(round(bad, true)) << bad;
+        if ((uct_ep_get_sgl_zcopy != NULL) && (flags & 2)) {
+            ASSERT_NO_FATAL_FAILURE(round(bad, false)) << bad;
+        }
+    }
 }
 
 /*

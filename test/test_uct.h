@@ -163,6 +163,20 @@ protected:
         ASSERT_EQ(UCS_OK, status);
     }
 
+    /* Completes every op posted on ep remotely: a put short or bcopy may
+     * return before its bytes land (cma+ in UCX 1.15 and earlier) */
+    void flush()
+    {
+        completion comp;
+        ucs_status_t status;
+
+        while ((status = uct_ep_flush(ep, 0, &comp.super)) ==
+               UCS_ERR_NO_RESOURCE) {
+            test_worker_progress(worker);
+        }
+        wait(status, comp);
+    }
+
     /* What an op came to: its return, or, where that is UCS_INPROGRESS,
      * its completion's status (a refused access comes that way in UCX 1.18
      * and earlier: span_ucx_layout_t.refuse_in_completion) */

@@ -95,6 +95,97 @@ TEST_P(span_uct_chunked, ops_at_every_boundary)
     dereg(lmemh);
 }
 
+/* cma+ in UCX 1.15 and earlier offers short and bcopy ops of its own over
+ * its zero-copy ops (span_bounce.h): they go through the twin's zero-copy
+ * path, so an access across any boundary lands whole, split, and a put
+ * returns before its bytes land (a flush completes it) */
+TEST_P(span_uct_chunked, bounced_short_and_bcopy_ops_are_split)
+{
+    if ((std::string(GetParam()) != "cma+") ||
+        !(iface_attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT)) {
+        GTEST_SKIP() << GetParam() << ": no short and bcopy ops over its "
+                        "zero-copy ones (cma+ in UCX 1.15 and earlier)";
+    }
+    std::vector<uint8_t> local(1000), back(1000);
+    unsigned checked = 0;
+    uint8_t seed     = 0;
+
+    for (size_t b : boundaries()) {
+        for (int delta : {-9, 0, 9}) {
+            for (size_t len : {size_t(8), size_t(iface_attr.cap.put.max_short),
+                               local.size()}) {
+                size_t off = b + delta - (delta < 0 ? len : 0);
+                if ((off + len > size) || (off > size)) {
+                    continue;
+                }
+                fill_remote(++seed);
+                for (size_t i = 0; i < len; ++i) {
+                    local[i] = uint8_t(i * 31 + seed + 1);
+                }
+                std::vector<uint8_t> expect = remote;
+                log_counter logs;
+                if (len <= iface_attr.cap.put.max_short) {
+                    ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, local.data(), len,
+                                                       raddr(off), rkey.rkey))
+                            << len << " at " << off;
+                } else {
+                    pack_arg arg = {local.data(), len};
+                    ASSERT_EQ(ssize_t(len),
+                              uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(off),
+                                               rkey.rkey))
+                            << len << " at " << off;
+                }
+                flush();
+                std::copy(local.begin(), local.begin() + len,
+                          expect.begin() + off);
+                ASSERT_TRUE(expect == remote) << "put " << len << " at " << off;
+
+                std::fill(back.begin(), back.end(), 0);
+                completion c;
+                wait(uct_ep_get_bcopy(ep, unpack_cb, back.data(), len,
+                                      raddr(off), rkey.rkey, &c.super), c);
+                ASSERT_EQ(0, memcmp(back.data(), local.data(), len))
+                        << "get " << len << " at " << off;
+                ASSERT_EQ(0u, logs.count());
+                ++checked;
+            }
+        }
+    }
+    EXPECT_GT(checked, 20u);
+
+    /* behind a zero-copy put still queued on the ep, in order: shorts and
+     * bcopies over its bytes land after it, each buffer free on return,
+     * and a get sees them all */
+    fill_remote(++seed);
+    std::vector<uint8_t> big(4096, 0xa5), expect = remote;
+    completion zc;
+    uct_iov_t iov = {big.data(), big.size(), UCT_MEM_HANDLE_NULL, 0, 1};
+    ASSERT_EQ(UCS_INPROGRESS, uct_ep_put_zcopy(ep, &iov, 1, raddr(0),
+                                               rkey.rkey, &zc.super));
+    std::copy(big.begin(), big.end(), expect.begin());
+    for (size_t i = 0; i < 256; ++i) {
+        uint64_t v = i * 0x0101010101010101ull;
+        ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, &v, sizeof(v),
+                                           raddr(i * sizeof(v)), rkey.rkey));
+        memcpy(&expect[i * sizeof(v)], &v, sizeof(v));
+    }
+    std::fill(local.begin(), local.end(), 0x3c);
+    pack_arg arg = {local.data(), local.size()};
+    ASSERT_EQ(ssize_t(local.size()),
+              uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(3000), rkey.rkey));
+    std::copy(local.begin(), local.end(), expect.begin() + 3000);
+    std::vector<uint8_t> got(4096, 0);
+    completion gc;
+    ucs_status_t st = uct_ep_get_bcopy(ep, unpack_cb, got.data(), got.size(),
+                                       raddr(0), rkey.rkey, &gc.super);
+    EXPECT_EQ(UCS_INPROGRESS, st) << "not queued behind the puts";
+    wait(st, gc);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), expect.begin()));
+    flush();
+    EXPECT_EQ(0, zc.super.count);
+    EXPECT_TRUE(expect == remote);
+}
+
 /* A zcopy of the whole buffer crosses every boundary, remote and local (the
  * local buffer is registered in chunks too): one call, one completion */
 TEST_P(span_uct_chunked, whole_buffer_zcopy_is_split)

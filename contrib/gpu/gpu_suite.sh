@@ -378,12 +378,15 @@ if [ -f "$gpu/nixlpy/nixl.tar.xz" ]; then
     # GPU 0 -> 0, and 0 -> 1 where there are two
     # with NIXL's progress thread (its default) and without; span's engine
     # logs its launches at info
+    # and, thread on, NIXL's SGL writes (one UCP SGL put per WRITE: the
+    # twin's SGL op, span_sgl.c)
     for g in 0,0 $([ "$ngpus" -ge 2 ] && echo 0,1); do
-        for th in on off; do
-            echo "### initiator on GPU ${g%,*}, target on GPU ${g#*,}, NIXL's progress thread $th"
-            PYTHONPATH=$tmp/span_nixl/py UCX_LOG_LEVEL=info python3 \
+        for th in on off sgl; do
+            echo "### initiator on GPU ${g%,*}, target on GPU ${g#*,}, NIXL's progress thread ${th/sgl/on, NIXL_UCX_SGL_ENABLE=1}"
+            NIXL_UCX_SGL_ENABLE=$([ $th = sgl ] && echo 1 || echo 0) \
+                PYTHONPATH=$tmp/span_nixl/py UCX_LOG_LEVEL=info python3 \
                 "$top/contrib/nixl/nixl_check.py" --gpu --gpus "$g" \
-                --runs "$runs" --prog-thread "$th"
+                --runs "$runs" --prog-thread "${th/sgl/on}"
             r=$?
             [ $r -eq 77 ] || rc=$((rc | r))
         done

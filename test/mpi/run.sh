@@ -175,8 +175,9 @@ step "dynamic window, region attached one byte longer, put to its last" \
 # 4. the distribution's own UCX, which its Open MPI links (Debian 12:
 # 1.13.1), span preloaded into the ranks as a user of that machine loads
 # it: the suite over self,posix,cma and self+,posix+,cma+ gives the same
-# rows, and UCP's endpoints (UCX_LOG_LEVEL=info) take their RMA lanes and
-# their tag lanes from the twins
+# rows, UCP's endpoints (UCX_LOG_LEVEL=info) take their RMA lanes and
+# their tag lanes from the twins, and the twins refuse a put and a get past
+# a window's end
 distro=$(ldconfig -p 2>/dev/null |
          awk '/libucp\.so\.0 .*x86-64/ && !p {p = $NF} END {print p}')
 if [ -z "$distro" ]; then
@@ -185,12 +186,12 @@ elif [ ${#sanitize[@]} -gt 0 ]; then
     step "the distribution's UCX: not run under a sanitizer (its runtime" \
          "would have to come first in every rank)"
 else
-    drun() { # NAME TLS: the suite in the distribution's UCX
+    drun() { # NAME TLS ARGS...: the program in the distribution's UCX
         rm -rf "${tmp:?}/$1"
         env -u LD_LIBRARY_PATH -u UCX_MODULE_DIR "${mpirun[@]}" \
             -x LD_PRELOAD="$build/src/uct/.libs/libuct_span.so" \
             -x UCX_TLS="$2" -x UCX_LOG_LEVEL=info \
-            --output-filename "$tmp/$1" "$prog" >"$tmp/$1.log" 2>&1
+            --output-filename "$tmp/$1" "$prog" "${@:3}" >"$tmp/$1.log" 2>&1
     }
     drun distro-native self,posix,cma ||
         { tail -n 20 "$tmp/distro-native.log"; fail "$distro: the suite natively"; }
@@ -208,9 +209,29 @@ else
             sort -u)
     grep -qE 'rma\([^)]*\+' <<< "$lanes" && grep -qE 'tag\([^)]*cma\+' <<< "$lanes" ||
         { echo "$lanes"; fail "$distro: UCP took no twin for RMA or tags"; }
+    # past a window's end, as in 2.: the twins refuse it, the target's
+    # memory untouched (in 1.13 to 1.15 UCP takes cma+ for small RMA ops
+    # only since it offers short and bcopy ones: span_bounce.h)
+    for op in put get; do
+        name=distro-oob-$op
+        file=/dev/shm/span-mpi-$$-$name
+        rc=0
+        drun "$name" self+,posix+,cma+ --oob "$op" "$file" || rc=$?
+        "$prog" --inspect "$file" >/dev/null && intact=1 || intact=0
+        rm -f "$file"
+        if [ $intact = 0 ] ||
+           ! { out "$name"; err "$name"; } |
+                 grep -q 'outside the registered extent' ||
+           { [ $op = get ] && ! grep -q '0/64 bytes read from the' \
+                 "$tmp/$name/1/rank.0/stdout"; }; then
+            err "$name" | tail -n 5
+            fail "$distro: an MPI_${op^} past a window's end got through" \
+                 "self+,posix+,cma+ (mpirun exit $rc)"
+        fi
+    done
     step "the distribution's UCX ($distro, ${version:-version not logged})," \
          "its Open MPI: the same $(wc -l < "$tmp/distro-twin.rows") rows over" \
-         "self+,posix+,cma+ as over self,posix,cma; lanes:" \
-         "$(paste -sd';' <<< "$lanes")"
+         "self+,posix+,cma+ as over self,posix,cma; a put and a get past a" \
+         "window's end refused; lanes: $(paste -sd';' <<< "$lanes")"
 fi
 step "passed"

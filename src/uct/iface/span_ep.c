@@ -417,7 +417,29 @@ span_ep_rma_zcopy(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                   comp);
 }
 
-SPAN_EP_ZCOPY_OUT_OF_LINE(slow, span_ep_rma_zcopy)
+/* put or get zcopy, every case, where the caller's local memhs may be
+ * unset (span_iface_t.memh_unset): then not read */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+span_ep_zcopy_unread(uct_ep_h ep, int is_put, const uct_iov_t *iov,
+                     size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                     uct_completion_t *comp)
+{
+    uct_iov_t unread_iov[SPAN_IOV_MAX];
+    size_t i;
+
+    if (ucs_unlikely(span_ucx->rma_memh_unset) && (iovcnt <= SPAN_IOV_MAX) &&
+        span_iface_get(ep->iface)->memh_unset) {
+        for (i = 0; i < iovcnt; ++i) {
+            unread_iov[i]      = iov[i];
+            unread_iov[i].memh = UCT_MEM_HANDLE_NULL;
+        }
+        iov = unread_iov;
+    }
+    return span_ep_rma_zcopy(ep, is_put, iov, iovcnt, remote_addr, rkey,
+                             comp);
+}
+
+SPAN_EP_ZCOPY_OUT_OF_LINE(slow, span_ep_zcopy_unread)
 
 /*
  * put or get zcopy of one local entry inside the range registered, which
@@ -440,6 +462,10 @@ span_ep_zcopy_memh(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                                     span_iface_uniform_op(ep_get_zcopy);
     uct_iov_t inner_iov;
 
+    if (ucs_unlikely(span_ucx->rma_memh_unset)) {
+        return (is_put ? span_ep_put_zcopy_slow : span_ep_get_zcopy_slow)(
+                ep, iov, iovcnt, remote_addr, rkey, comp);
+    }
     if (!span_memh_is_ours(iov->memh)) {
         return zcopy(ep, iov, iovcnt, remote_addr, srkey->inner[0].rkey,
                      comp);

@@ -12,6 +12,8 @@
  */
 #include "span_iface.h"
 #include "span_ep.h"
+#include "span_bounce.h"
+#include "span_sgl.h"
 #include "md/span_md.h"
 #include "span_nvml.h"
 #include "vendor/span_vendor.h"
@@ -76,39 +78,11 @@ static ucs_status_t span_iface_query_v2(uct_iface_h iface, void *attr)
     span_ucx_iface_query_v2_func_t query =
             ((void**)siface->inner_internal_ops)[span_ucx->query_v2_slot];
     ucs_status_t status  = query(iface, attr);
-    uint64_t field_mask  = *(uint64_t*)attr;
-    size_t *counts;
-    unsigned i;
 
-    if (status != UCS_OK) {
-        return status;
+    if (status == UCS_OK) {
+        span_sgl_query(siface, attr);
     }
-    if (field_mask & span_ucx->attr_v2_field_cap_flags) {
-        *(uint64_t*)UCS_PTR_BYTE_OFFSET(attr,
-                                        span_ucx->attr_v2_cap_flags_offset) &=
-                ~span_ucx->v2_flags_sgl;
-    }
-    counts = UCS_PTR_BYTE_OFFSET(attr, span_ucx->attr_v2_sgl_counts_offset);
-    for (i = 0; i < span_ucx->attr_v2_num_sgl_counts; ++i) {
-        if (field_mask & (span_ucx->attr_v2_field_sgl_counts & UCS_BIT(i))) {
-            counts[i] = 0;
-        }
-    }
-    return UCS_OK;
-}
-
-static ucs_status_t span_ep_sgl_zcopy(uct_ep_h ep, void *const *buffers,
-                                      const size_t *lengths,
-                                      uct_mem_h const *memhs,
-                                      const uint64_t *remote_addrs,
-                                      uct_rkey_t const *rkeys,
-                                      const size_t *counts,
-                                      const size_t *strides, size_t count,
-                                      uct_completion_t *comp)
-{
-    ucs_error("span ep %p: SGL zcopy is not offered by twin transports; "
-              "UCP uses it only where the iface advertises it", ep);
-    return UCS_ERR_UNSUPPORTED;
+    return status;
 }
 
 /* Replaces the inner iface's internal ops by the twin's copy */
@@ -119,18 +93,18 @@ static void span_iface_patch_internal(span_iface_t *siface, uct_iface_h iface)
     siface->inner_internal_ops = base->internal_ops;
     memcpy(siface->internal_ops, base->internal_ops,
            span_ucx->internal_ops_size);
-    /* releases with SGL ops: neither advertised nor reachable */
+    /* releases with SGL ops: the twin's, each element checked */
     if (span_ucx->query_v2_slot >= 0) {
         siface->internal_ops[span_ucx->query_v2_slot] =
                 (void*)span_iface_query_v2;
     }
     if (span_ucx->put_sgl_slot >= 0) {
         siface->internal_ops[span_ucx->put_sgl_slot] =
-                (void*)span_ep_sgl_zcopy;
+                (void*)span_sgl_put_zcopy;
     }
     if (span_ucx->get_sgl_slot >= 0) {
         siface->internal_ops[span_ucx->get_sgl_slot] =
-                (void*)span_ep_sgl_zcopy;
+                (void*)span_sgl_get_zcopy;
     }
     base->internal_ops = siface->internal_ops;
 }
@@ -151,6 +125,9 @@ static ucs_status_t span_iface_query(uct_iface_h iface, uct_iface_attr_t *attr)
         return status;
     }
 
+    if (siface->bounce != NULL) {
+        span_bounce_query(attr);
+    }
     /* pieces of a split put may wait in span's queue while an AM goes out:
      * UCP must fence (1.22 skips the rendezvous fence on this flag) */
     attr->cap.flags &= ~UCT_IFACE_FLAG_PUT_AM_ORDER;
@@ -186,8 +163,11 @@ static void span_iface_close(uct_iface_h iface)
         span_vmm_copy_destroy(siface->copy);
     }
     ((span_ucx_base_iface_t*)iface)->internal_ops = siface->inner_internal_ops;
-    free(siface);
     inner_close(iface);
+    if (siface->bounce != NULL) {
+        span_bounce_destroy(siface->bounce);
+    }
+    free(siface);
 }
 
 /*
@@ -288,25 +268,38 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     }
 
     siface->ops         = iface->ops;
+    siface->bounce      = span_bounce_init(inner_tl, &attr, &iface->ops);
     siface->max_op      = (smd->chunk_size != 0) ? smd->overlap : 0;
     siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);
     siface->get_max_zcopy = span_iface_get_max_zcopy(inner_tl, &attr);
+    siface->get_zcopy_offered = (attr.cap.flags & UCT_IFACE_FLAG_GET_ZCOPY) &&
+                                ((attr.cap.get.max_zcopy != 0) ||
+                                 (siface->get_max_zcopy != 0));
     siface->copy_ops    = span_vendor_vmm_copy(smd->dev_mem_type);
     siface->copy_params = &smd->copy_params;
     siface->put_zcopy_any = span_iface_put_zcopy_any(inner_tl, &attr);
     siface->memh_unread = span_iface_md_memh_unread(smd);
+    siface->memh_unset  = span_ucx->rma_memh_unset &&
+                          !(smd->inner_attr.flags & UCT_MD_FLAG_NEED_MEMH);
     siface->keyless     = (smd->inner_attr.rkey_packed_size == 0);
     siface->copy        = NULL;
     span_split_queue_init(&siface->queue, worker, smd->test_no_resource);
     status = span_iface_table_insert(iface, siface);
     if (status != UCS_OK) {
+        if (siface->bounce != NULL) {
+            span_bounce_destroy(siface->bounce);
+        }
         free(siface);
         return status;
     }
 
     span_ep_patch(&iface->ops);
     span_iface_patch(&iface->ops, smd);
+    if (siface->bounce != NULL) {
+        span_bounce_patch(&iface->ops);
+    }
     span_iface_patch_internal(siface, iface);
+    span_sgl_init(siface, iface);
     return UCS_OK;
 }

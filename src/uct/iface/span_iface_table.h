@@ -31,11 +31,22 @@ typedef struct span_iface {
     int                put_zcopy_any; /* put zero-copy of any length: the
                                          inner's minimum is no limit of its
                                          op (rocm_ipc) */
+    /* the inner transport's SGL zero-copy ops, NULL where it has none,
+     * and the most elements each takes (span_sgl.c) */
+    void               *inner_put_sgl;
+    void               *inner_get_sgl;
+    size_t             inner_sgl_max[2];
+    int                get_zcopy_offered; /* the twin's get zero-copy */
     int                memh_unread; /* the inner MD registers nothing, so
                                        its transport reads no local memh */
+    int                memh_unset; /* UCP may hand it unset memhs: the
+                                      inner MD needs none, and UCX is 1.15
+                                      or earlier (rma_memh_unset) */
     int                keyless;   /* the inner MD packs no key, so its
                                      transport reads none: ops with no key
                                      (UCT_INVALID_RKEY, 0) pass as they are */
+    /* short and bcopy RMA of its own, NULL where none (span_bounce.h) */
+    struct span_bounce_pool *bounce;
     span_split_queue_t queue;
     /* the vendor of the twin's device memory, NULL where none was built */
     const span_vmm_copy_ops_t *copy_ops;

@@ -98,6 +98,8 @@
         .attr_no_gva               = ((_minor) <= 17), \
         .config_no_doc             = ((_minor) <= 16), \
         .refuse_in_completion      = ((_minor) <= 18), \
+        .rma_lane_needs_bcopy      = ((_minor) <= 15), \
+        .rma_memh_unset            = ((_minor) <= 15), \
         .major                     = 1, \
         .minor                     = _minor, \
         .has_symbol                = _has, \

@@ -341,6 +341,15 @@ typedef struct span_ucx_layout {
      * op's completion carries it: a refused access is reported that way
      * (span_split_refuse) */
     int        refuse_in_completion;
+    /* 1.15 and earlier: UCP takes an RMA lane only from a transport with
+     * put short, put bcopy and get bcopy, and emulates the accesses of any
+     * other over active messages, unchecked: the twin of cma offers them
+     * over its zero-copy ops (span_bounce.h) */
+    int        rma_lane_needs_bcopy;
+    /* 1.15 and earlier: UCP's RMA zero-copy ops pass a local memh it never
+     * set to a transport whose MD needs none (cma): the twin of one never
+     * reads it (span_ep_zcopy_unread) */
+    int        rma_memh_unset;
     /* uct_component_t: where its md_config, tl_list and list are, and its
      * size (1.15 and earlier have no rkey_compare; 1.14 and earlier
      * configuration entries no flags) */

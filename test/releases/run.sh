@@ -187,6 +187,19 @@ for v in $releases; do
     *" self+ "*" cma+ "*|*" cma+ "*" self+ "*) ;;
     *) twins="FAILED: '$twins'"; failed=1 ;;
     esac
+    # 1.13 to 1.15: cma+ lists put short and get bcopy of its own, and
+    # none with UCX_SPAN_CMA_RMA=n; later releases list none
+    bounce=
+    for c in y n; do
+        bounce+=$(env LD_LIBRARY_PATH="$prefix/lib" "$span" UCX_SPAN_CMA_RMA=$c \
+                      UCX_WARN_UNUSED_ENV_VARS=n "$prefix/bin/ucx_info" -d \
+                      -t cma+ 2>/dev/null | grep -cE 'put_short|get_bcopy')
+    done
+    case $v:$bounce in
+    1.1[345].*:20) twins+="(cma+ short and bcopy RMA; none with UCX_SPAN_CMA_RMA=n) " ;;
+    1.1[345].*:*|*:[1-9]*) twins+="FAILED: cma+ short and bcopy RMA '$bounce' "
+                           failed=1 ;;
+    esac
     cuda=$(cuda_row "$v" "$span") || failed=1
     check=$(run "$v" span_check env "$span" "$build/span-check" -s 8 \
                 -r 2) || failed=1

@@ -87,7 +87,7 @@ static void *span_bounce_find_tx(const uct_iface_ops_t *ops)
     return tx;
 }
 
-span_bounce_pool_t *span_bounce_init(const char *inner_tl,
+span_bounce_pool_t *span_bounce_init(int enable, const char *inner_tl,
                                      const uct_iface_attr_t *attr,
                                      const uct_iface_ops_t *ops)
 {
@@ -97,7 +97,8 @@ span_bounce_pool_t *span_bounce_init(const char *inner_tl,
     span_bounce_pool_t *pool;
     void *tx;
 
-    if (!span_ucx->rma_lane_needs_bcopy || (strcmp(inner_tl, "cma") != 0) ||
+    if (!enable || !span_ucx->rma_lane_needs_bcopy ||
+        (strcmp(inner_tl, "cma") != 0) ||
         ((attr->cap.flags & zcopy) != zcopy) || (attr->cap.flags & bcopy)) {
         return NULL;
     }

@@ -16,9 +16,10 @@
 typedef struct span_bounce_pool span_bounce_pool_t;
 
 /* What the ops need, where the twin of inner_tl, whose iface attr and ops
- * are given, offers them (UCX 1.15 and earlier; cma, with zero-copy put
- * and get, none of the three, and its copy function found); else NULL */
-span_bounce_pool_t *span_bounce_init(const char *inner_tl,
+ * are given, offers them (enable: UCX_SPAN_CMA_RMA; UCX 1.15 and earlier;
+ * cma, with zero-copy put and get, none of the three, and its copy
+ * function found); else NULL */
+span_bounce_pool_t *span_bounce_init(int enable, const char *inner_tl,
                                      const uct_iface_attr_t *attr,
                                      const uct_iface_ops_t *ops);
 

@@ -268,7 +268,8 @@ ucs_status_t span_iface_attach(uct_iface_h iface, span_md_t *smd,
     }
 
     siface->ops         = iface->ops;
-    siface->bounce      = span_bounce_init(inner_tl, &attr, &iface->ops);
+    siface->bounce      = span_bounce_init(smd->cma_rma, inner_tl, &attr,
+                                           &iface->ops);
     siface->max_op      = (smd->chunk_size != 0) ? smd->overlap : 0;
     siface->put_max_iov = ucs_min(attr.cap.put.max_iov, SPAN_IOV_MAX);
     siface->get_max_iov = ucs_min(attr.cap.get.max_iov, SPAN_IOV_MAX);

@@ -31,6 +31,7 @@ typedef struct span_md_config {
     unsigned        test_fail_dereg;
     unsigned        test_no_resource;
     int             spill;
+    int             cma_rma;
 } span_md_config_t;
 
 typedef struct span_md {
@@ -49,6 +50,8 @@ typedef struct span_md {
     unsigned         test_fail_reg;    /* 1-based chunk to fail, 0: none */
     unsigned         test_fail_dereg;
     unsigned         test_no_resource; /* 1-based piece of split ops */
+    int              cma_rma;          /* cma+'s short and bcopy RMA, where
+                                          UCX needs them (span_bounce.h) */
     int              share;            /* memory events seen: registrations
                                           of a range are shared */
     const span_device_ops_t *device;   /* resolves device memory, or NULL */

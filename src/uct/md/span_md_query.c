@@ -151,6 +151,7 @@ ucs_status_t span_md_limits(span_md_t *smd, const span_md_config_t *config)
     smd->test_fail_reg    = config->test_fail_reg;
     smd->test_fail_dereg  = config->test_fail_dereg;
     smd->test_no_resource = config->test_no_resource;
+    smd->cma_rma          = config->cma_rma;
     ucs_debug("span md %p: chunks of %" PRIu64 " bytes overlapping by %"
               PRIu64 ", units of %" PRIu64, smd, smd->chunk_size,
               smd->overlap, smd->unit_size);

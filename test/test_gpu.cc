@@ -25,6 +25,7 @@ extern "C" {
 }
 
 #include "test_fds.h"
+#include "test_log.h"
 #include "test_run_alone.h"
 
 #include <gtest/gtest.h>
@@ -784,6 +785,73 @@ TEST_P(SPAN_GPU_PAIR, many_blocks_in_one_transfer)
 }
 
 #if !SPAN_GPU_TEST_ROCM
+/* The KV-cache-shaped transfer of many_blocks_in_one_transfer as one UCP
+ * SGL put (UCX 1.22 and later; NIXL_UCX_SGL_ENABLE=1 posts its WRITEs so):
+ * every byte. Over the twin its SGL op checks each element (span's engine
+ * copies VMM units; cudaMalloc elements go in one cuda_ipc SGL op where
+ * UCX has one, 1.23); then one block past the registration's end: the
+ * request fails with UCS_ERR_INVALID_ADDR, the other blocks land. Natively
+ * the status is reported (UCP 1.22 has no SGL over cuda_ipc). */
+TEST_P(SPAN_GPU_PAIR, one_sgl_put_of_many_blocks)
+{
+    if ((gcase().kind != SPAN_GPU_MALLOC) && (gcase().kind != SPAN_GPU_VMM)) {
+        GTEST_SKIP() << "one case of each allocator is enough";
+    }
+    ucs_status_t status = map(7);
+    if (native_refused("sgl", status)) {
+        return;
+    }
+    ASSERT_EQ(UCS_OK, status);
+    const size_t block = 16384, start = m_region.reg_offset;
+    const size_t count = std::min<size_t>(256, m_region.reg_length /
+                                               (2 * block));
+    const size_t len   = 2 * block * count;
+    std::vector<uint8_t> host(len);
+    span_gpu_buf_t local;
+    size_t wrong = 0;
+
+    ASSERT_GT(count, 5u);
+    ASSERT_EQ(UCS_OK, span_gpu_alloc(SPAN_GPU_MALLOC, len, 0, NULL, &local));
+    span_pair_fill(host.data(), len, 9, start);
+    ASSERT_EQ(UCS_OK, span_gpu_copy(local.ptr, host.data(), len));
+    status = span_pair_rma_sgl(&m_pair, &m_region, start, local.ptr, block,
+                               2 * block, count, 0, 0);
+    for (size_t i = 0; (status == UCS_OK) && (i < count); ++i) {
+        wrong += span_pair_check(&m_pair, &m_region, start + 2 * i * block,
+                                 block, 9);
+        wrong += span_pair_check(&m_pair, &m_region,
+                                 start + (2 * i + 1) * block, block, 7);
+    }
+    if (twin()) {
+        EXPECT_EQ(UCS_OK, status);
+        EXPECT_EQ(0u, wrong);
+    }
+    std::string result = std::to_string(count) + " blocks of " +
+                         std::to_string(block) + " in one SGL put: " +
+                         ucs_status_string(status) + " | " +
+                         std::to_string(wrong) + " bytes wrong";
+    if (twin() && (status == UCS_OK)) {
+        ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 7));
+        log_counter logs;
+        status = span_pair_rma_sgl(&m_pair, &m_region, start, local.ptr,
+                                   block, 2 * block, count, 0, 5);
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR, status);
+        EXPECT_EQ(1u, logs.count("is outside the registered extent"));
+        wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+            wrong += (i == 4) ? 0 :
+                     span_pair_check(&m_pair, &m_region,
+                                     start + 2 * i * block, block, 9);
+        }
+        EXPECT_EQ(0u, wrong);
+        result += std::string(" | one block past the end: ") +
+                  ucs_status_string(status) + ", " + std::to_string(wrong) +
+                  " bytes of the others wrong";
+    }
+    report("sgl", result);
+    span_gpu_free(&local);
+}
+
 /* 64 puts of 16 KiB to the same bytes, each from a buffer of its own, a
  * fence between each two, posted before one flush: the last one's bytes
  * stay, every byte (span's copy engine gathers what follows the first

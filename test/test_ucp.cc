@@ -248,6 +248,47 @@ TEST_P(ucp_twin, out_of_bounds_is_refused)
     EXPECT_EQ(0u, check(0, m_region.alloc_length, 4)) << "target modified";
 }
 
+/* One UCP SGL put of 64 blocks of 1000 bytes every other 1000 (UCX 1.22
+ * and later; UCP has no SGL get, 1.23 neither): every block's bytes land
+ * through the twin's SGL op, which checks each element; with one block
+ * whose last byte lies past the registration, the request fails with
+ * UCS_ERR_INVALID_ADDR, that block moves nothing and the others land */
+TEST_P(ucp_pair, sgl_put_of_many_blocks)
+{
+    if (std::string(GetParam().tls) != "posix,cma+") {
+        GTEST_SKIP() << "UCP moves no SGL over self (no zero-copy put) nor, "
+                        "in 1.22, over cma (no SGL op): the twin's is tested";
+    }
+    const size_t block = 1000, count = 64, len = 2 * block * count;
+    map(len + page, 4);
+    const size_t start   = m_region.reg_offset;
+    const size_t reg_end = m_region.reg_offset + m_region.reg_length;
+    std::vector<uint8_t> local(len);
+    span_pair_fill(local.data(), len, 9, start);
+
+    ASSERT_EQ(UCS_OK, span_pair_rma_sgl(&m_pair, &m_region, start,
+                                        local.data(), block, 2 * block, count,
+                                        0, 0));
+    for (size_t i = 0; i < count; ++i) {
+        EXPECT_EQ(0u, check(start + 2 * i * block, block, 9)) << "put " << i;
+        EXPECT_EQ(0u, check(start + (2 * i + 1) * block, block, 4)) << i;
+    }
+
+    ASSERT_EQ(UCS_OK, span_pair_refill(&m_pair, &m_region, 4));
+    log_counter logs;
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+              span_pair_rma_sgl(&m_pair, &m_region, start, local.data(),
+                                block, 2 * block, count, 0, 5));
+    EXPECT_EQ(1u, logs.count("is outside the registered extent"));
+    for (size_t i = 0; i < count; ++i) {
+        if (i != 4) {
+            EXPECT_EQ(0u, check(start + 2 * i * block, block, 9)) << i;
+        }
+    }
+    EXPECT_EQ(0u, check(reg_end - block + 1, block - 1 + page, 4))
+            << "the refused block moved bytes";
+}
+
 /* The control: the native transport writes past the registration with a
  * success status, the bug class twins exist to catch. If this starts
  * failing, native UCX began checking and the twin test lost its contrast. */

@@ -1447,6 +1447,74 @@ ucs_status_t span_pair_rma_blocks(span_pair_t *pair,
     return span_pair_flush(pair, status);
 }
 
+ucs_status_t span_pair_rma_sgl(span_pair_t *pair, span_pair_region_t *region,
+                               size_t offset, void *local, size_t block,
+                               size_t stride, size_t count, int get,
+                               size_t bad)
+{
+    void **buffers      = calloc(count, sizeof(*buffers));
+    size_t *lengths     = calloc(count, sizeof(*lengths));
+    uint64_t *addrs     = calloc(count, sizeof(*addrs));
+    ucp_rkey_h *rkeys   = calloc(count, sizeof(*rkeys));
+    ucp_dt_local_sgl_t lsgl;
+    ucp_dt_remote_sgl_t rsgl;
+    ucp_request_param_t param;
+    ucs_status_t status;
+    size_t i;
+
+    if ((buffers == NULL) || (lengths == NULL) || (addrs == NULL) ||
+        (rkeys == NULL)) {
+        status = UCS_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (i = 0; i < count; ++i) {
+        buffers[i] = (uint8_t*)local + (i * stride);
+        lengths[i] = block;
+        addrs[i]   = region->base + offset + (i * stride);
+        rkeys[i]   = region->rkey;
+    }
+    if (bad > 0) { /* its last byte past the region's registration */
+        addrs[bad - 1] = region->base + region->reg_offset +
+                         region->reg_length - block + 1;
+    }
+    lsgl.field_mask = UCP_DT_LOCAL_SGL_FIELD_BUFFERS |
+                      UCP_DT_LOCAL_SGL_FIELD_LENGTHS;
+    lsgl.buffers    = buffers;
+    lsgl.lengths    = lengths;
+    rsgl.field_mask = UCP_DT_REMOTE_SGL_FIELD_REMOTE_ADDRS |
+                      UCP_DT_REMOTE_SGL_FIELD_LENGTHS |
+                      UCP_DT_REMOTE_SGL_FIELD_RKEYS;
+    rsgl.remote_addrs = addrs;
+    rsgl.lengths      = lengths;
+    rsgl.rkeys        = rkeys;
+
+    span_pair_op_param(pair, &param);
+    param.op_attr_mask   |= UCP_OP_ATTR_FIELD_DATATYPE |
+                            UCP_OP_ATTR_FIELD_REMOTE_DATATYPE |
+                            UCP_OP_ATTR_FIELD_REMOTE |
+                            UCP_OP_ATTR_FIELD_REMOTE_COUNT;
+    param.datatype        = ucp_dt_make_sgl();
+    param.remote_datatype = ucp_dt_make_sgl();
+    param.remote          = &rsgl;
+    param.remote_count    = count;
+    pair->post_s = span_stats_now();
+    status = span_pair_wait_target(
+            pair, get ? ucp_get_nbx(pair->ep, &lsgl, count,
+                                    UCP_REMOTE_ADDR_INVALID, UCP_RKEY_INVALID,
+                                    &param) :
+                        ucp_put_nbx(pair->ep, &lsgl, count,
+                                    UCP_REMOTE_ADDR_INVALID, UCP_RKEY_INVALID,
+                                    &param));
+    pair->post_s = span_stats_now() - pair->post_s;
+    status = span_pair_flush(pair, status);
+out:
+    free(rkeys);
+    free(addrs);
+    free(lengths);
+    free(buffers);
+    return status;
+}
+
 ucs_status_t span_pair_put_fenced(span_pair_t *pair,
                                   span_pair_region_t *region, size_t offset,
                                   void *local, size_t block, size_t count)

@@ -181,6 +181,15 @@ ucs_status_t span_pair_put(span_pair_t *pair, span_pair_region_t *region,
                            size_t offset, const void *buf, size_t length);
 ucs_status_t span_pair_get(span_pair_t *pair, span_pair_region_t *region,
                            size_t offset, void *buf, size_t length);
+/* The same blocks (stride apart on both sides) in one UCP SGL put (UCX
+ * 1.22 and later; get where UCP has SGL gets, none of 1.22 and 1.23 does),
+ * then a flush; with bad > 0, block bad - 1 goes to
+ * an address whose last byte lies past the registration. The request's
+ * status, or the flush's. */
+ucs_status_t span_pair_rma_sgl(span_pair_t *pair, span_pair_region_t *region,
+                               size_t offset, void *local, size_t block,
+                               size_t stride, size_t count, int get,
+                               size_t bad);
 /* count puts (or gets) of block bytes each, block i between local + i *
  * stride and the region at offset + i * stride, all posted before one
  * flush (as NIXL posts a transfer of many blocks); with kill_at > 0, the

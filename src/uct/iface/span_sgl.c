@@ -289,9 +289,11 @@ span_sgl_zcopy(uct_ep_h ep, int is_put, void *const *buffers,
     }
 
     list.n = 0;
+    /* no memhs: as NULL ones, which a transport that reads none accepts */
     for (i = 0; i < count; ++i) {
         span_sgl_element(ep, is_put, inner != NULL, buffers[i], lengths[i],
-                         memhs[i], remote_addrs[i], rkeys[i],
+                         (memhs != NULL) ? memhs[i] : UCT_MEM_HANDLE_NULL,
+                         remote_addrs[i], rkeys[i],
                          (counts != NULL) ? counts[i] : 1,
                          (strides != NULL) ? strides[i] : 0, &list, &issue);
     }

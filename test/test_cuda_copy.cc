@@ -28,10 +28,13 @@ extern "C" {
 #include "vendor/span_vendor.h"
 #include "copy/span_vmm_copy.h"
 #include "vendor/span_libcuda.h"
+#include "vmm/span_ipc_cache.h"
 }
 
+#include <atomic>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <map>
 #include <vector>
 
@@ -1398,6 +1401,339 @@ TEST_F(cuda_copy_batch, destroy_queues_and_completes_the_gathered_ops)
     m_copy = NULL;
     EXPECT_EQ(3u, s_order.size());
     EXPECT_EQ(0, memcmp(m_local.data(), m_remote.data(), 3 * 64));
+}
+
+/* A peer's cudaMalloc memory, opened from the legacy IPC handle of its
+ * cuda_ipc key (span_ipc_cache.h) and copied by the engine: the fake
+ * driver maps every handle onto m_remote, counts opens per handle and
+ * context as CUDA does, and refuses a close in another context */
+class cuda_ipc_cache : public cuda_copy_batch {
+protected:
+    static constexpr size_t K      = 192; /* UCX 1.22's key */
+    static constexpr size_t OFFSET = 8;   /* its legacy handle */
+
+    struct ipc_state {
+        std::map<std::string, int> opens; /* per handle, in its context */
+        std::map<std::string, CUcontext> ctx;
+        int      total_opens = 0, total_closes = 0;
+        size_t   size        = 1024 * 1024;
+        int      version     = 13000;
+        bool     fail_open   = false;
+    };
+    static ipc_state s_ipc;
+
+    static std::string handle_str(const CUipcMemHandle &h)
+    {
+        return std::string(h.reserved, sizeof(h.reserved));
+    }
+
+    static CUresult fake_version(int *version)
+    {
+        *version = s_ipc.version;
+        return CUDA_SUCCESS;
+    }
+
+    static CUresult fake_open(CUdeviceptr *ptr, CUipcMemHandle h,
+                              unsigned flags)
+    {
+        EXPECT_EQ((unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, flags);
+        if (s_ipc.fail_open || (drv.current == NULL)) {
+            return CUDA_ERROR_INVALID_HANDLE;
+        }
+        std::string key = handle_str(h);
+        if ((s_ipc.opens[key] > 0) && (s_ipc.ctx[key] != drv.current)) {
+            return CUDA_ERROR_INVALID_CONTEXT; /* one context per device */
+        }
+        s_ipc.ctx[key] = drv.current;
+        ++s_ipc.opens[key];
+        ++s_ipc.total_opens;
+        *ptr = (CUdeviceptr)s_remote;
+        return CUDA_SUCCESS;
+    }
+
+    static CUresult fake_close(CUdeviceptr ptr)
+    {
+        EXPECT_EQ((CUdeviceptr)s_remote, ptr);
+        for (auto &it : s_ipc.opens) {
+            if ((it.second > 0) && (s_ipc.ctx[it.first] == drv.current)) {
+                --it.second;
+                ++s_ipc.total_closes;
+                return CUDA_SUCCESS;
+            }
+        }
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+
+    /* an opened mapping is an allocation of the size the driver says */
+    static CUresult fake_range(CUdeviceptr *base, size_t *size,
+                               CUdeviceptr ptr)
+    {
+        if (ptr == (CUdeviceptr)s_remote) {
+            *base = ptr;
+            *size = s_ipc.size;
+            return CUDA_SUCCESS;
+        }
+        return fake_address_range(base, size, ptr);
+    }
+
+    void SetUp() override
+    {
+        s_ipc = ipc_state();
+        cuda_copy_batch::SetUp();
+        s_remote                          = m_remote.data();
+        span_libcuda.cuDriverGetVersion   = fake_version;
+        span_libcuda.cuIpcOpenMemHandle   = fake_open;
+        span_libcuda.cuIpcCloseMemHandle  = fake_close;
+        span_libcuda.cuMemGetAddressRange = fake_range;
+        m_ops = &span_ipc_cache_ops;
+    }
+
+    void TearDown() override
+    {
+        m_ops->purge();
+        EXPECT_EQ(s_ipc.total_opens, s_ipc.total_closes);
+        cuda_copy_batch::TearDown();
+    }
+
+    /* UCX 1.22's cuda_ipc key of a legacy handle (id) of the peer's
+     * allocation [base, base + size) */
+    static std::vector<uint8_t> key(uint8_t id, uint64_t base = 0x7f0000000000,
+                                    uint64_t size = 1024 * 1024,
+                                    uint32_t type = 1, uint32_t pid = 4242)
+    {
+        std::vector<uint8_t> k(K, 0);
+        memcpy(&k[0], &type, 4);
+        memset(&k[OFFSET], id, sizeof(CUipcMemHandle));
+        memcpy(&k[K - 40], &pid, 4);
+        memcpy(&k[K - 32], &base, 8);
+        memcpy(&k[K - 24], &size, 8);
+        memset(&k[K - 16], 0x5a, 16);
+        return k;
+    }
+
+    static span_chunk_geom_t geom(uint64_t base = 0x7f0000000000,
+                                  uint64_t length = 1024 * 1024)
+    {
+        span_chunk_geom_t g = {};
+
+        g.base       = base;
+        g.length     = length;
+        g.num_chunks = 1;
+        return g;
+    }
+
+    ucs_status_t get(const std::vector<uint8_t> &k, span_vmm_map_t **map,
+                     const span_chunk_geom_t &g = geom())
+    {
+        return m_ops->get(k.data(), k.size(), OFFSET, &g, map);
+    }
+
+    ucs_status_t put_through(span_vmm_map_t *map, size_t offset, size_t length,
+                             uct_completion_t *comp)
+    {
+        uct_iov_t iov = {m_local.data() + offset, length, NULL, length, 1};
+        return span_vmm_copy_post(m_copy, map, 1, &iov, 1,
+                                  (uint8_t*)(uintptr_t)map->base + offset,
+                                  comp);
+    }
+
+    static uint8_t                    *s_remote;
+    const span_ipc_cache_ops_t        *m_ops = NULL;
+};
+
+cuda_ipc_cache::ipc_state cuda_ipc_cache::s_ipc;
+uint8_t *cuda_ipc_cache::s_remote;
+
+TEST_F(cuda_ipc_cache, a_peers_allocation_is_opened_once_and_copied_in_batches)
+{
+    span_vmm_map_t *a, *b;
+    ordered_comp c[5];
+
+    ASSERT_EQ(UCS_OK, get(key(1), &a));
+    ASSERT_EQ(UCS_OK, get(key(1), &b)); /* another rkey of it */
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(1, s_ipc.total_opens);
+    EXPECT_TRUE(a->ipc);
+    EXPECT_EQ(0, a->device);
+    EXPECT_EQ((uintptr_t)m_remote.data(), a->base);
+    EXPECT_EQ(NULL, drv.current) << "the context pushed to open stays";
+    EXPECT_EQ(1, drv.retained) << "the open holds its context";
+    for (int i = 0; i < 5; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put_through(a, i * 64, 64, &c[i].super));
+    }
+    complete_all();
+    expect_in_order(5, 64);
+    EXPECT_EQ(1, drv.launches) << "the four ops after the first: one launch";
+    m_ops->put(a);
+    m_ops->put(b);
+    EXPECT_EQ(0, s_ipc.total_closes) << "an unused mapping is kept";
+    const int retained = drv.retained; /* the engine's stream's, and it */
+    m_ops->purge();
+    EXPECT_EQ(1, s_ipc.total_closes);
+    EXPECT_EQ(retained - 1, drv.retained);
+    EXPECT_EQ(NULL, drv.current);
+}
+
+TEST_F(cuda_ipc_cache, at_most_16_unused_mappings_are_kept)
+{
+    span_vmm_map_t *map[SPAN_IPC_CACHE_IDLE + 1];
+
+    for (uint8_t i = 0; i <= SPAN_IPC_CACHE_IDLE; ++i) {
+        ASSERT_EQ(UCS_OK, get(key(i + 1, 0x7f0000000000 + (i << 24)), &map[i],
+                              geom(0x7f0000000000 + (i << 24))));
+    }
+    for (uint8_t i = 0; i <= SPAN_IPC_CACHE_IDLE; ++i) {
+        m_ops->put(map[i]);
+    }
+    EXPECT_EQ(SPAN_IPC_CACHE_IDLE + 1, s_ipc.total_opens);
+    EXPECT_EQ(1, s_ipc.total_closes);
+    CUipcMemHandle first;
+    memset(&first, 1, sizeof(first));
+    EXPECT_EQ(0, s_ipc.opens[handle_str(first)]) << "the least recent went";
+}
+
+/* A cache eviction while ops are queued: the mapping stays open until the
+ * copies through it ran */
+TEST_F(cuda_ipc_cache, a_mapping_is_not_closed_while_copies_through_it_run)
+{
+    span_vmm_map_t *map, *other;
+    ordered_comp c[3];
+
+    ASSERT_EQ(UCS_OK, get(key(1), &map));
+    for (int i = 0; i < 3; ++i) {
+        init(&c[i], i);
+        ASSERT_EQ(UCS_INPROGRESS, put_through(map, i * 64, 64, &c[i].super));
+    }
+    EXPECT_EQ(3u, map->busy);
+    m_ops->put(map); /* the rkey released with its ops in flight */
+    m_ops->purge();
+    EXPECT_EQ(0, s_ipc.total_closes);
+    /* a new allocation of the peer over it: not closed either */
+    ASSERT_EQ(UCS_OK, get(key(2), &other));
+    EXPECT_EQ(0, s_ipc.total_closes);
+    complete_all();
+    expect_in_order(3, 64);
+    EXPECT_EQ(0u, map->busy);
+    m_ops->put(other);
+    m_ops->purge();
+    EXPECT_EQ(2, s_ipc.total_closes);
+}
+
+/* The peer freed its allocation and made another at the same address: the
+ * old handle is closed before cuda_ipc opens the new one */
+TEST_F(cuda_ipc_cache, a_new_handle_over_freed_memory_closes_the_old_one)
+{
+    span_vmm_map_t *map;
+
+    ASSERT_EQ(UCS_OK, get(key(1), &map));
+    m_ops->put(map);
+    EXPECT_EQ(0, s_ipc.total_closes);
+    m_ops->prepare(key(2).data(), K, OFFSET);
+    EXPECT_EQ(1, s_ipc.total_closes);
+    /* another peer's allocation at that address is not stale */
+    ASSERT_EQ(UCS_OK, get(key(3), &map));
+    m_ops->put(map);
+    m_ops->prepare(key(4, 0x7f0000000000, 1024 * 1024, 1, 4343).data(), K,
+                   OFFSET);
+    EXPECT_EQ(1, s_ipc.total_closes);
+}
+
+/* Keys span does not read, or whose handle the driver does not open as
+ * they claim, are left to cuda_ipc: nothing stays open */
+TEST_F(cuda_ipc_cache, keys_it_cannot_trust_are_left_to_cuda_ipc)
+{
+    span_vmm_map_t *map = NULL;
+    std::vector<uint8_t> k = key(1);
+    span_chunk_geom_t g    = geom();
+
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1, 0x7f0000000000, 1024 * 1024, 2),
+                                       &map)) << "a VMM handle";
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, m_ops->get(k.data(), k.size(), 0, &g, &map))
+            << "a release span does not read";
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, m_ops->get(k.data(), 100, OFFSET, &g, &map))
+            << "a short key";
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              get(key(1), &map, geom(0x7f0000000000 + 4096, 1024 * 1024)))
+            << "an extent past the allocation";
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              get(key(1, 0x7f0000000000, 0), &map)) << "an empty allocation";
+    EXPECT_EQ(0, s_ipc.total_opens);
+    s_ipc.size = 4096; /* the handle opens less than the key claims */
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1), &map));
+    EXPECT_EQ(1, s_ipc.total_opens);
+    EXPECT_EQ(1, s_ipc.total_closes);
+    s_ipc.size      = 1024 * 1024;
+    s_ipc.fail_open = true;
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1), &map));
+    s_ipc.fail_open = false;
+    s_ipc.version   = 11080; /* may refuse cuda_ipc's second open */
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1), &map));
+    EXPECT_EQ(1, s_ipc.total_opens);
+    EXPECT_EQ(0, drv.retained);
+    EXPECT_EQ(NULL, drv.current);
+}
+
+/* Opened in device 0's context: a buffer of device 1 is not copied through
+ * it (the caller hands the op to cuda_ipc), and nothing is queued */
+TEST_F(cuda_ipc_cache, another_devices_buffer_is_left_to_cuda_ipc)
+{
+    std::vector<uint8_t> other(1024 * 1024, 3);
+    span_vmm_map_t *map;
+    ordered_comp c;
+
+    ASSERT_EQ(UCS_OK, get(key(1), &map));
+    drv.device_of[(uintptr_t)other.data()] = 1;
+    init(&c, 0);
+    uct_iov_t iov = {other.data(), 64, NULL, 64, 1};
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+              span_vmm_copy_post(m_copy, map, 1, &iov, 1,
+                                 (uint8_t*)(uintptr_t)map->base, &c.super));
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    EXPECT_EQ(0u, map->busy);
+    EXPECT_EQ(0, drv.set_access);
+    m_ops->put(map);
+}
+
+/* Threads take and drop mappings of the same allocations (the fake driver
+ * is one thread's: they are opened first, and threads only share them) */
+TEST_F(cuda_ipc_cache, threads_share_mappings)
+{
+    std::vector<span_vmm_map_t*> open(8);
+    std::vector<std::thread> threads;
+    std::atomic<int> failed(0);
+
+    for (uint8_t id = 1; id <= 8; ++id) {
+        ASSERT_EQ(UCS_OK, get(key(id, 0x7f0000000000 + ((uint64_t)id << 24)),
+                              &open[id - 1],
+                              geom(0x7f0000000000 + ((uint64_t)id << 24))));
+    }
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t]() {
+            for (int i = 0; i < 500; ++i) {
+                uint8_t id = (uint8_t)(1 + ((t + i) % 8));
+                std::vector<uint8_t> k = key(id, 0x7f0000000000 +
+                                                 ((uint64_t)id << 24));
+                span_chunk_geom_t g = geom(0x7f0000000000 +
+                                           ((uint64_t)id << 24));
+                span_vmm_map_t *map;
+                if (m_ops->get(k.data(), K, OFFSET, &g, &map) != UCS_OK) {
+                    ++failed;
+                    continue;
+                }
+                failed += (map != open[id - 1]);
+                m_ops->put(map);
+            }
+        });
+    }
+    for (auto &t : threads) {
+        t.join();
+    }
+    EXPECT_EQ(0, failed.load());
+    EXPECT_EQ(8, s_ipc.total_opens);
+    for (auto map : open) {
+        m_ops->put(map);
+    }
 }
 #else
 TEST(cuda_copy_batch, built_without_nvcc)

@@ -29,6 +29,7 @@ typedef enum {
     SPAN_FORK_MD_INNER,   /* md/span_md_inner.c: inner MDs' memh tables */
     SPAN_FORK_SPILL,      /* key/span_spill.c: the spill arena */
     SPAN_FORK_VMM_CACHE,  /* vmm/span_vmm_cache.c: imported units */
+    SPAN_FORK_IPC_CACHE,  /* vmm/span_ipc_cache.c: opened IPC handles */
     SPAN_FORK_VMM_EXPORT, /* vmm/span_vmm_export.c: taken by events */
     SPAN_FORK_REGISTRY,   /* md/span_registry.c: taken by events */
     SPAN_FORK_LAST

@@ -134,6 +134,10 @@ static ucs_status_t span_cuda_copy_route(void *vendor, span_vmm_map_t *map,
         return UCS_ERR_NO_DEVICE;
     }
     if (!(map->devices & (1ull << device))) {
+        if (map->ipc) {
+            /* opened in another device's context: cuda_ipc copies it */
+            return UCS_ERR_UNSUPPORTED;
+        }
         access.location.id = device;
         if (SPAN_LIBCUDA_CALL(cuMemSetAccess, map->base, map->length,
                               &access, 1) != CUDA_SUCCESS) {

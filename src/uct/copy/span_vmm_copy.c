@@ -28,6 +28,7 @@ typedef struct span_vmm_copy_rec {
     uct_completion_t *comp;
     ucs_status_t     status; /* reported once its copies ran */
     size_t           pieces; /* of a batch: its pieces, after the ops' before */
+    span_vmm_map_t   *map;   /* busy until they ran */
 } span_vmm_copy_rec_t;
 
 /* The copies of one op, or of a batch of ops, ended by one signal of its
@@ -52,6 +53,17 @@ typedef struct span_vmm_copy_flush {
     uint64_t         seq;
     uct_completion_t *comp;
 } span_vmm_copy_flush_t;
+
+/* The record of an op whose copies go through map, which stays open while
+ * they run */
+static span_vmm_copy_rec_t span_vmm_copy_rec(uct_completion_t *comp,
+                                             ucs_status_t status,
+                                             size_t pieces,
+                                             span_vmm_map_t *map)
+{
+    __atomic_add_fetch(&map->busy, 1, __ATOMIC_RELAXED);
+    return (span_vmm_copy_rec_t){comp, status, pieces, map};
+}
 
 /* Nanoseconds of the monotonic clock (the vDSO's: no system call) */
 static uint64_t span_vmm_copy_now(void)
@@ -297,6 +309,7 @@ static int span_vmm_copy_batches(const span_vmm_copy_t *copy,
 /* Adds op to the batch being filled (queued first where it is another
  * device's, or full), which is queued once full of ops or of bytes */
 static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
+                                      span_vmm_map_t *map,
                                       const span_vmm_copy_op_t *op,
                                       const uct_iov_t *iov, size_t iovcnt,
                                       uint8_t *remote, size_t copies,
@@ -334,7 +347,8 @@ static ucs_status_t span_vmm_copy_add(span_vmm_copy_t *copy,
         }
         desc->num_bytes += iov[i].length * iov[i].count;
     }
-    desc->ops[desc->num_ops++] = (span_vmm_copy_rec_t){comp, UCS_OK, copies};
+    desc->ops[desc->num_ops++] = span_vmm_copy_rec(comp, UCS_OK, copies,
+                                                   map);
     desc->seq                  = ++copy->posted;
     if (copy->burst_gap > 0) {
         copy->poster    = pthread_self();
@@ -450,8 +464,8 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
         /* a burst: learn its allocation here, not for an op alone */
         known = known || span_vmm_copy_local_learn(copy, &op, first);
         if (span_vmm_copy_local_holds(copy, known, iov, iovcnt, copies)) {
-            status = span_vmm_copy_add(copy, &op, iov, iovcnt, remote,
-                                       copies, comp);
+            status = span_vmm_copy_add(copy, map, &op, iov, iovcnt,
+                                       remote, copies, comp);
             if (known && (status == UCS_INPROGRESS)) {
                 copy->local.seq = copy->posted;
             }
@@ -482,7 +496,7 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     ++copy->stats.alone;
     desc->signaled   = 1;
     desc->num_ops    = 1;
-    desc->ops[0]     = (span_vmm_copy_rec_t){comp, status, copies};
+    desc->ops[0]     = span_vmm_copy_rec(comp, status, copies, map);
     desc->seq        = ++copy->posted;
     ucs_list_add_tail(&copy->active, &desc->list);
     ++copy->in_flight;
@@ -505,6 +519,8 @@ static void span_vmm_copy_complete(span_vmm_copy_desc_t *desc,
     unsigned i;
 
     for (i = 0; i < desc->num_ops; ++i) {
+        /* before the callback, which may release the last rkey of map */
+        __atomic_sub_fetch(&desc->ops[i].map->busy, 1, __ATOMIC_RELEASE);
         if (desc->ops[i].comp != NULL) {
             span_completion_invoke(desc->ops[i].comp,
                                    (status == UCS_OK) ? desc->ops[i].status :

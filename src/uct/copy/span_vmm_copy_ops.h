@@ -78,7 +78,9 @@ typedef struct span_vmm_copy_ops {
 
     /* The device of op that copies between local and remote, an address
      * of map, given access to map on its first use; UCS_OK, or an error
-     * logged */
+     * logged, or UCS_ERR_UNSUPPORTED (not logged) where the device cannot
+     * be given access to a legacy IPC handle's map (the caller has the
+     * inner transport copy) */
     ucs_status_t (*route)(void *vendor, span_vmm_map_t *map,
                           const void *local, const void *remote,
                           span_vmm_copy_op_t *op);

@@ -351,17 +351,23 @@ span_ep_vmm_zcopy(span_iface_t *siface, int is_put, const uct_iov_t *iov,
     }
 
 /* put or get zcopy through span: device copies where the rkey maps VMM
- * units, the splitter where the op crosses a chunk end on either side */
+ * units or a legacy IPC handle, the splitter where the op crosses a chunk
+ * end on either side or span cannot copy through the handle (the local
+ * buffer's device did not open it, or the iface has no engine) */
 static UCS_F_NOINLINE ucs_status_t
 span_ep_rma_zcopy_span(uct_ep_h ep, int is_put, const uct_iov_t *iov,
                        size_t iovcnt, uint64_t remote_addr,
                        const span_rkey_t *srkey, uct_completion_t *comp)
 {
     span_iface_t *siface = span_iface_get(ep->iface);
+    ucs_status_t status;
 
     if (srkey->vmm != NULL) {
-        return span_ep_vmm_zcopy(siface, is_put, iov, iovcnt, remote_addr,
-                                 srkey, comp);
+        status = span_ep_vmm_zcopy(siface, is_put, iov, iovcnt, remote_addr,
+                                   srkey, comp);
+        if ((status != UCS_ERR_UNSUPPORTED) || !srkey->vmm->ipc) {
+            return status;
+        }
     }
     return span_split_zcopy(&siface->queue, ep,
                             is_put ? siface->ops.ep_put_zcopy :

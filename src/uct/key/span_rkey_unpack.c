@@ -7,10 +7,18 @@
 #include "span_rkey_sizes.h"
 #include "span_spill.h"
 #include "vmm/span_vmm_cache.h"
+#include "vendor/span_vendor.h"
 #include "resolve/span_rocm.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether the rkey's access path is span's mapping of VMM units, which
+ * replaces the inner keys (a legacy IPC handle's does not) */
+static int span_rkey_units(const span_rkey_t *rkey)
+{
+    return (rkey->vmm != NULL) && !rkey->vmm->ipc;
+}
 
 static void span_rkey_release_inner(span_rkey_t *rkey, uint32_t count)
 {
@@ -74,6 +82,40 @@ static ucs_status_t span_rkey_vmm_map(span_rkey_t *rkey,
     }
     return span_vmm_cache_get((const span_vmm_key_t*)keys,
                               &desc->geom, &rkey->vmm);
+}
+
+/* The cache of legacy IPC handles where the rkey's one inner key is
+ * cuda_ipc's (span_ipc_cache.h), else NULL */
+static const span_ipc_cache_ops_t *
+span_rkey_ipc_cache(const span_rkey_t *rkey, const span_rkey_desc_t *desc)
+{
+    return ((rkey->num_inner == 1) && (desc->key_size > 0) &&
+            !strcmp(rkey->inner_component->name, SPAN_CUDA_IPC_COMPONENT)) ?
+           span_vendor_ipc_cache() : NULL;
+}
+
+/* Unpacks the inner keys, and where one is cuda_ipc's key of cudaMalloc
+ * memory, opens its handle as the access path of span's engine; ops go
+ * through the inner key where it cannot be opened */
+static ucs_status_t span_rkey_unpack_keys(span_rkey_t *rkey,
+                                          const span_rkey_desc_t *desc,
+                                          const uint8_t *keys,
+                                          const uct_rkey_unpack_params_t *params)
+{
+    const span_ipc_cache_ops_t *ipc = span_rkey_ipc_cache(rkey, desc);
+    size_t offset                   = span_ucx_cuda_ipc_handle_offset();
+    ucs_status_t status;
+
+    if (ipc != NULL) {
+        ipc->prepare(keys, desc->key_size, offset);
+    }
+    status = span_rkey_unpack_inner(rkey, desc, keys, params);
+    if ((status == UCS_OK) && (ipc != NULL) &&
+        (ipc->get(keys, desc->key_size, offset, &desc->geom, &rkey->vmm) !=
+         UCS_OK)) {
+        rkey->vmm = NULL;
+    }
+    return status;
 }
 
 /* The keys of every chunk, contiguous: rebuilt from the rkey, or read from
@@ -166,7 +208,7 @@ ucs_status_t span_rkey_unpack(uct_component_t *component,
     if (desc.span_vmm) {
         status = span_rkey_vmm_map(rkey, &desc, keys);
     } else {
-        status = span_rkey_unpack_inner(rkey, &desc, keys, params);
+        status = span_rkey_unpack_keys(rkey, &desc, keys, params);
     }
     free(keys);
     if (status != UCS_OK) {
@@ -197,7 +239,9 @@ ucs_status_t span_rkey_release(uct_component_t *component,
     if (span_rkey_is_none(rkey)) {
         return UCS_OK; /* nothing was unpacked */
     }
-    if (srkey->vmm != NULL) {
+    if ((srkey->vmm != NULL) && srkey->vmm->ipc) {
+        span_vendor_ipc_cache()->put(srkey->vmm);
+    } else if (srkey->vmm != NULL) {
         span_vmm_cache_put(srkey->vmm);
     }
     span_rkey_release_inner(srkey, srkey->num_inner);
@@ -220,7 +264,7 @@ ucs_status_t span_rkey_ptr(uct_component_t *component, uct_rkey_t rkey,
                   remote_addr);
         return UCS_ERR_INVALID_PARAM;
     }
-    if (srkey->vmm != NULL) {
+    if (span_rkey_units(srkey)) {
         /* the mapping is device memory: UCP copies it with its zcopy ops */
         return UCS_ERR_UNSUPPORTED;
     }
@@ -282,9 +326,9 @@ ucs_status_t span_rkey_compare(uct_component_t *component,
         *result = span_rkey_cmp_u64(a->num_inner, b->num_inner);
     }
     if (*result == 0) {
-        *result = span_rkey_cmp_u64(a->vmm != NULL, b->vmm != NULL);
+        *result = span_rkey_cmp_u64(span_rkey_units(a), span_rkey_units(b));
     }
-    if ((*result == 0) && (a->vmm != NULL)) {
+    if ((*result == 0) && span_rkey_units(a)) {
         /* no inner rkeys: the exporter and its units tell the memory */
         *result = span_vmm_compare(a->vmm, b->vmm);
     }

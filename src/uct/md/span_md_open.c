@@ -88,6 +88,9 @@ static void span_md_close(uct_md_h md)
     if (smd->device != NULL) {
         /* while the driver is still there: the process may be ending */
         span_vmm_cache_purge();
+        if (span_vendor_ipc_cache() != NULL) {
+            span_vendor_ipc_cache()->purge();
+        }
     }
     uct_md_close(smd->inner);
     if (smd->inner_wrap != NULL) {

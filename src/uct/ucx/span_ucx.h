@@ -751,4 +751,13 @@ int span_ucx_component_check(const uct_component_t *component);
 #define SPAN_CUDA_IPC_COMPONENT  "cuda_ipc"
 #define SPAN_CUDA_IPC_KEY_NO_IPC 0u
 
+/* Where a packed cuda_ipc key holds its legacy IPC handle: after the
+ * handle type, in a union that is 8-byte aligned from 1.22 (it gained a
+ * POSIX descriptor and a 64-bit system id); 0 where span does not read it
+ * (1.18 and earlier lay the key out otherwise) */
+static inline size_t span_ucx_cuda_ipc_handle_offset(void)
+{
+    return (span_ucx->minor >= 22) ? 8 : (span_ucx->minor >= 19) ? 4 : 0;
+}
+
 #endif

@@ -61,16 +61,22 @@ CUresult span_libcuda_primary_push(int device)
     return res;
 }
 
-void span_libcuda_primary_pop(int device)
+void span_libcuda_primary_release(int device)
 {
-    CUcontext ctx;
     CUdevice dev;
 
-    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPopCurrent, &ctx);
     if (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuDeviceGet, &dev, device) ==
         CUDA_SUCCESS) {
         SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuDevicePrimaryCtxRelease, dev);
     }
+}
+
+void span_libcuda_primary_pop(int device)
+{
+    CUcontext ctx;
+
+    SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_WARN, cuCtxPopCurrent, &ctx);
+    span_libcuda_primary_release(device);
 }
 
 const char *span_libcuda_error(CUresult res, char *buf, size_t size)

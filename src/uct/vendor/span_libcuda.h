@@ -17,6 +17,7 @@
 #define SPAN_LIBCUDA_RESOLVER 1u
 #define SPAN_LIBCUDA_VMM      2u
 #define SPAN_LIBCUDA_KERNEL   4u /* the copy kernel of batches */
+#define SPAN_LIBCUDA_IPC      8u /* a peer's legacy IPC handles */
 
 /* Member (cuda.h maps some API names to versioned ones with macros, which
  * the member names follow), the symbol of that version, its users (0:
@@ -63,6 +64,10 @@
     _call(cuModuleGetFunction, "cuModuleGetFunction", SPAN_LIBCUDA_KERNEL) \
     _call(cuModuleUnload, "cuModuleUnload", SPAN_LIBCUDA_KERNEL) \
     _call(cuLaunchKernel, "cuLaunchKernel", SPAN_LIBCUDA_KERNEL) \
+    _call(cuDriverGetVersion, "cuDriverGetVersion", SPAN_LIBCUDA_IPC) \
+    _call(cuIpcGetMemHandle, "cuIpcGetMemHandle", SPAN_LIBCUDA_IPC) \
+    _call(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", SPAN_LIBCUDA_IPC) \
+    _call(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", SPAN_LIBCUDA_IPC) \
     _call(cuGetErrorName, "cuGetErrorName", 0) \
     _call(cuGetErrorString, "cuGetErrorString", 0)
 
@@ -84,6 +89,10 @@ int span_libcuda_load(unsigned users);
  * the application made), retaining it until span_libcuda_primary_pop */
 CUresult span_libcuda_primary_push(int device);
 void span_libcuda_primary_pop(int device);
+
+/* Releases a retain of device's primary context that was kept after its
+ * push was popped with cuCtxPopCurrent alone */
+void span_libcuda_primary_release(int device);
 
 /* The driver's words for res ("CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
  * in buf, or its number where the driver has none */

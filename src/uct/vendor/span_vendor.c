@@ -15,6 +15,7 @@
 #include "copy/span_cuda_copy.h"
 #include "resolve/span_cuda_driver.h"
 #include "vmm/span_cuda_vmm.h"
+#include "vmm/span_ipc_cache.h"
 #include "span_libcuda.h"
 #endif
 #if HAVE_ROCM
@@ -74,4 +75,13 @@ const span_vmm_copy_ops_t *span_vendor_vmm_copy(ucs_memory_type_t mem_type)
     const span_vendor_t *vendor = span_vendor(mem_type);
 
     return (vendor != NULL) ? vendor->vmm_copy : NULL;
+}
+
+const span_ipc_cache_ops_t *span_vendor_ipc_cache(void)
+{
+#if HAVE_CUDA
+    return span_libcuda_load(SPAN_LIBCUDA_IPC) ? &span_ipc_cache_ops : NULL;
+#else
+    return NULL;
+#endif
 }

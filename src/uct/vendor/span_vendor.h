@@ -12,6 +12,7 @@
 #include "vmm/span_vmm_export.h"
 #include "copy/span_vmm_copy_ops.h"
 #include "vmm/span_vmm_import.h"
+#include "vmm/span_ipc_cache.h"
 
 #include <ucs/memory/memory_type.h>
 
@@ -44,5 +45,10 @@ const span_vmm_import_ops_t *span_vendor_vmm_import(uint32_t magic);
 /* The copy engine's calls for mem_type memory, or NULL where this build
  * lacks its vendor */
 const span_vmm_copy_ops_t *span_vendor_vmm_copy(ucs_memory_type_t mem_type);
+
+/* The cache of peers' cudaMalloc memory opened from legacy IPC handles
+ * (span_ipc_cache.h), or NULL where this build lacks CUDA or the host a
+ * driver with IPC calls */
+const span_ipc_cache_ops_t *span_vendor_ipc_cache(void);
 
 #endif

@@ -80,6 +80,13 @@ typedef struct span_vmm_map {
     uint64_t pid_ns;
     uint32_t keys_sum; /* and which of its units: FNV-1a 32 of their keys */
     int      rocm;     /* mapped by HIP: ROCm's copy engine serves it */
+    /* a legacy IPC handle's (span_ipc_cache.h): no device but its own
+     * copies through it (others go to the inner transport) */
+    int      ipc;
+    /* ops queued through it that have not completed: the engine counts
+     * them (atomically: engines of several ifaces share a mapping), and a
+     * cache closes no mapping while they run */
+    unsigned busy;
     /* the driver's calls that mapped it (span_vmm_import.h) */
     const struct span_vmm_import_ops *ops;
 } span_vmm_map_t;

@@ -788,8 +788,8 @@ TEST_P(SPAN_GPU_PAIR, many_blocks_in_one_transfer)
 /* The KV-cache-shaped transfer of many_blocks_in_one_transfer as one UCP
  * SGL put (UCX 1.22 and later; NIXL_UCX_SGL_ENABLE=1 posts its WRITEs so):
  * every byte. Over the twin its SGL op checks each element (span's engine
- * copies VMM units; cudaMalloc elements go in one cuda_ipc SGL op where
- * UCX has one, 1.23); then one block past the registration's end: the
+ * copies VMM units and cudaMalloc memory whose handle it opened; other
+ * elements go in one cuda_ipc SGL op where UCX has one, 1.23); then one block past the registration's end: the
  * request fails with UCS_ERR_INVALID_ADDR, the other blocks land. Natively
  * the status is reported (UCP 1.22 has no SGL over cuda_ipc). */
 TEST_P(SPAN_GPU_PAIR, one_sgl_put_of_many_blocks)

@@ -1418,6 +1418,7 @@ protected:
         int      total_opens = 0, total_closes = 0;
         size_t   size        = 1024 * 1024;
         int      version     = 13000;
+        int      active_device = 0; /* whose primary context is active */
         bool     fail_open   = false;
     };
     static ipc_state s_ipc;
@@ -1430,6 +1431,20 @@ protected:
     static CUresult fake_version(int *version)
     {
         *version = s_ipc.version;
+        return CUDA_SUCCESS;
+    }
+
+    /* two devices; the application uses the first */
+    static CUresult fake_count(int *count)
+    {
+        *count = 2;
+        return CUDA_SUCCESS;
+    }
+
+    static CUresult fake_state(CUdevice dev, unsigned *flags, int *active)
+    {
+        *flags  = 0;
+        *active = (dev == s_ipc.active_device);
         return CUDA_SUCCESS;
     }
 
@@ -1482,6 +1497,8 @@ protected:
         cuda_copy_batch::SetUp();
         s_remote                          = m_remote.data();
         span_libcuda.cuDriverGetVersion   = fake_version;
+        span_libcuda.cuDeviceGetCount     = fake_count;
+        span_libcuda.cuDevicePrimaryCtxGetState = fake_state;
         span_libcuda.cuIpcOpenMemHandle   = fake_open;
         span_libcuda.cuIpcCloseMemHandle  = fake_close;
         span_libcuda.cuMemGetAddressRange = fake_range;
@@ -1666,12 +1683,31 @@ TEST_F(cuda_ipc_cache, keys_it_cannot_trust_are_left_to_cuda_ipc)
     s_ipc.size      = 1024 * 1024;
     s_ipc.fail_open = true;
     EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1), &map));
-    s_ipc.fail_open = false;
-    s_ipc.version   = 11080; /* may refuse cuda_ipc's second open */
+    s_ipc.fail_open     = false;
+    s_ipc.active_device = -1; /* a thread of an application on no GPU */
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1), &map));
+    s_ipc.active_device = 0;
+    s_ipc.version       = 11080; /* may refuse cuda_ipc's second open */
     EXPECT_EQ(UCS_ERR_UNSUPPORTED, get(key(1), &map));
     EXPECT_EQ(1, s_ipc.total_opens);
     EXPECT_EQ(0, drv.retained);
     EXPECT_EQ(NULL, drv.current);
+}
+
+/* A thread without a context opens the handle on the device the
+ * application uses, in its primary context */
+TEST_F(cuda_ipc_cache, a_thread_without_a_context_opens_on_the_active_device)
+{
+    span_vmm_map_t *map;
+
+    s_ipc.active_device = 1;
+    ASSERT_EQ(UCS_OK, get(key(1), &map));
+    EXPECT_EQ(1, map->device);
+    EXPECT_EQ(2ull, map->devices);
+    CUipcMemHandle h;
+    memset(&h, 1, sizeof(h));
+    EXPECT_EQ(fake_ctx(1), s_ipc.ctx[handle_str(h)]);
+    m_ops->put(map);
 }
 
 /* Opened in device 0's context: a buffer of device 1 is not copied through

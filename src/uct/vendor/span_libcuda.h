@@ -65,6 +65,9 @@
     _call(cuModuleUnload, "cuModuleUnload", SPAN_LIBCUDA_KERNEL) \
     _call(cuLaunchKernel, "cuLaunchKernel", SPAN_LIBCUDA_KERNEL) \
     _call(cuDriverGetVersion, "cuDriverGetVersion", SPAN_LIBCUDA_IPC) \
+    _call(cuDeviceGetCount, "cuDeviceGetCount", SPAN_LIBCUDA_IPC) \
+    _call(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", \
+          SPAN_LIBCUDA_IPC) \
     _call(cuIpcGetMemHandle, "cuIpcGetMemHandle", SPAN_LIBCUDA_IPC) \
     _call(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", SPAN_LIBCUDA_IPC) \
     _call(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", SPAN_LIBCUDA_IPC) \

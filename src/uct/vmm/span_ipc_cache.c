@@ -258,19 +258,34 @@ static span_ipc_entry_t *span_ipc_cache_lookup(const span_ipc_key_t *ik,
     return found;
 }
 
-/* The device of the calling thread's context, 0 where it has none */
+/* The device that opens a handle: that of the calling thread's context
+ * (UCP unpacks rkeys where the application posts), or where the thread has
+ * none, the first whose primary context is active (the application's); -1
+ * where none is: opening would make a context on a device the
+ * application does not use */
 static int span_ipc_device(void)
 {
     CUcontext ctx = NULL;
-    CUdevice dev;
+    unsigned flags;
+    int dev, count, active;
 
     if ((SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuCtxGetCurrent, &ctx) ==
-         CUDA_SUCCESS) && (ctx != NULL) &&
-        (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuCtxGetDevice, &dev) ==
-         CUDA_SUCCESS)) {
-        return dev;
+         CUDA_SUCCESS) && (ctx != NULL)) {
+        return (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuCtxGetDevice, &dev) ==
+                CUDA_SUCCESS) ? dev : -1;
     }
-    return 0;
+    if (SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuDeviceGetCount, &count) !=
+        CUDA_SUCCESS) {
+        return -1;
+    }
+    for (dev = 0; dev < count; ++dev) {
+        if ((SPAN_LIBCUDA_FUNC(UCS_LOG_LEVEL_DEBUG, cuDevicePrimaryCtxGetState,
+                               dev, &flags, &active) == CUDA_SUCCESS) &&
+            active) {
+            return dev;
+        }
+    }
+    return -1;
 }
 
 /* Opens the handle in the primary context of entry's device, retained
@@ -373,7 +388,8 @@ static ucs_status_t span_ipc_entry_new(const span_ipc_key_t *ik,
         status = span_ipc_entry_self(entry, ik);
     } else {
         entry->map.device = span_ipc_device();
-        status            = span_ipc_entry_open(entry, ik);
+        status            = (entry->map.device < 0) ? UCS_ERR_UNSUPPORTED :
+                            span_ipc_entry_open(entry, ik);
     }
     if (status != UCS_OK) {
         free(entry);

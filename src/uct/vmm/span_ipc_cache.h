@@ -9,10 +9,12 @@
  * and the allocation the key names must hold the span rkey's extent; what
  * the driver opens must be an allocation of exactly the size the key says,
  * or the mapping is refused. The handle is opened in the primary context
- * of the calling thread's device (as cuda_ipc opens it: CUDA allows one
- * context per device to open a peer's handles), which stays retained while
- * it is open: only that device's copies go through it, others go to
- * cuda_ipc. The driver counts the opens of one handle in one context, so
+ * (as cuda_ipc opens it: CUDA allows one context per device to open a
+ * peer's handles) of the calling thread's device, or, for a thread with no
+ * context, of the first device whose primary context is active (none is
+ * made on a device the application does not use); the context stays
+ * retained while the handle is open. Only that device's copies go through
+ * it, others go to cuda_ipc. The driver counts the opens of one handle in one context, so
  * span's and cuda_ipc's mappings of it coexist: each closes its own.
  * A key of this process names its own memory, used as it is.
  *

@@ -288,4 +288,31 @@ TEST_F(vmm_cache, unused_mappings_are_bounded)
     EXPECT_EQ(n, unmaps);
 }
 
+/* The engine counts the copies through a mapping (span_vmm_map_t.busy):
+ * an rkey released while they run, or its units withdrawn, or a full
+ * cache, never unmaps it before they ran */
+TEST_F(vmm_cache, a_mapping_is_not_unmapped_while_copies_through_it_run)
+{
+    std::vector<span_vmm_key_t> k = {export_unit()};
+    span_vmm_map_t *map = get(k);
+    const uint64_t base = map->base;
+
+    unmapped.clear();
+    map->busy = 1;
+    span_vmm_cache_put(map); /* the last rkey, with copies in flight */
+    span_vmm_cache_purge();
+    unexport(k[0], false);
+    span_vmm_cache_put(get({export_unit()})); /* a lookup drops dead ones */
+    EXPECT_EQ(0, unmaps);
+    for (int i = 0; i < SPAN_VMM_CACHE_IDLE + 2; ++i) {
+        span_vmm_cache_put(get({export_unit()}));
+    }
+    EXPECT_EQ(std::find(unmapped.begin(), unmapped.end(), base),
+              unmapped.end()) << "a full cache unmapped it";
+    map->busy = 0; /* they ran */
+    span_vmm_cache_purge();
+    EXPECT_NE(std::find(unmapped.begin(), unmapped.end(), base),
+              unmapped.end());
+}
+
 } // namespace

@@ -68,6 +68,15 @@ static int span_vmm_entry_owned(const span_vmm_entry_t *entry)
     return entry->forks == span_vmm_cache_forks;
 }
 
+/* Whether the engine's copies through the mapping still run: it is not
+ * unmapped before they ran, though its last rkey was released (a parent's
+ * copies are not the child's) */
+static int span_vmm_entry_busy(const span_vmm_entry_t *entry)
+{
+    return span_vmm_entry_owned(entry) &&
+           (__atomic_load_n(&entry->map.busy, __ATOMIC_ACQUIRE) != 0);
+}
+
 /* Whether the mapping is this process's and the exporter's table still
  * says that every unit is the export the keys name: memory reads, no
  * system call */
@@ -149,7 +158,10 @@ span_vmm_cache_lookup(const uint8_t *keys, size_t size,
             continue;
         }
         if (!span_vmm_entry_alive(entry)) {
-            span_vmm_entry_unlist(entry, dropped);
+            /* an unused one stays while copies through it run */
+            if ((entry->refcount > 0) || !span_vmm_entry_busy(entry)) {
+                span_vmm_entry_unlist(entry, dropped);
+            }
         } else if (match) {
             if (entry->refcount++ == 0) {
                 --span_vmm_cache_idle;
@@ -230,35 +242,47 @@ ucs_status_t span_vmm_cache_get(const span_vmm_key_t *keys,
     return UCS_OK;
 }
 
+/* Under the lock: drops the least recently used mapping no rkey uses and
+ * no copy goes through (each of the busy ones is dropped later) */
+static void span_vmm_cache_evict(ucs_list_link_t *dropped)
+{
+    span_vmm_entry_t *lru;
+
+    ucs_list_for_each(lru, &span_vmm_cache, list) {
+        if ((lru->refcount == 0) && !span_vmm_entry_busy(lru)) {
+            span_vmm_entry_unlist(lru, dropped);
+            return;
+        }
+    }
+}
+
 void span_vmm_cache_put(span_vmm_map_t *map)
 {
     span_vmm_entry_t *entry = ucs_container_of(map,
                                                span_vmm_entry_t,
                                                map);
-    span_vmm_entry_t *lru   = NULL;
     UCS_LIST_HEAD(dropped);
 
     pthread_mutex_lock(&span_vmm_cache_lock);
     if (--entry->refcount == 0) {
-        if (!entry->listed) {
-            ucs_list_add_tail(&dropped, &entry->list);
-        } else if (!span_vmm_entry_alive(entry)) {
-            /* its units were withdrawn while it was in use */
-            ucs_list_del(&entry->list);
-            entry->listed = 0;
-            ucs_list_add_tail(&dropped, &entry->list);
-        } else {
-            /* most recently used last */
-            ucs_list_del(&entry->list);
+        if (entry->listed) {
+            ucs_list_del(&entry->list); /* most recently used last */
+        }
+        if (entry->listed && span_vmm_entry_alive(entry)) {
             ucs_list_add_tail(&span_vmm_cache, &entry->list);
             if (++span_vmm_cache_idle > SPAN_VMM_CACHE_IDLE) {
-                ucs_list_for_each(lru, &span_vmm_cache, list) {
-                    if (lru->refcount == 0) {
-                        break;
-                    }
-                }
-                span_vmm_entry_unlist(lru, &dropped);
+                span_vmm_cache_evict(&dropped);
             }
+        } else if (span_vmm_entry_busy(entry)) {
+            /* never cached, or its units were withdrawn while it was in
+             * use, and copies through it still run: a later lookup, put
+             * or purge drops it once they ran */
+            ucs_list_add_tail(&span_vmm_cache, &entry->list);
+            entry->listed = 1;
+            ++span_vmm_cache_idle;
+        } else {
+            entry->listed = 0;
+            ucs_list_add_tail(&dropped, &entry->list);
         }
     }
     pthread_mutex_unlock(&span_vmm_cache_lock);
@@ -272,7 +296,7 @@ void span_vmm_cache_purge(void)
 
     pthread_mutex_lock(&span_vmm_cache_lock);
     ucs_list_for_each_safe(entry, tmp, &span_vmm_cache, list) {
-        if (entry->refcount == 0) {
+        if ((entry->refcount == 0) && !span_vmm_entry_busy(entry)) {
             span_vmm_entry_unlist(entry, &dropped);
         }
     }

@@ -12,7 +12,10 @@
  * exporter that exits leaves its table as it was: its own rkeys may still
  * be served the memory they named, which this process's mapping keeps, and
  * never other memory. Where the table cannot be mapped, a mapping lives
- * only as long as its rkeys. A child forked after imports is never served
+ * only as long as its rkeys. None is unmapped while the engine's copies
+ * through it run (span_vmm_map_t.busy), whatever released its rkeys or
+ * withdrew its units: it is dropped by a later lookup, release or purge.
+ * A child forked after imports is never served
  * its parent's mappings (they are in the parent's CUDA context, which does
  * not survive fork) and never unmaps them: it maps anew. Thread safe.
  */

@@ -1516,15 +1516,23 @@ protected:
      * allocation [base, base + size) */
     static std::vector<uint8_t> key(uint8_t id, uint64_t base = 0x7f0000000000,
                                     uint64_t size = 1024 * 1024,
-                                    uint32_t type = 1, uint32_t pid = 4242)
+                                    uint32_t type = 1, uint32_t pid = 4242,
+                                    uint64_t pid_ns = 0)
     {
-        std::vector<uint8_t> k(K, 0);
+        /* with a PID namespace (UCX 1.21+, an exporter outside the initial
+         * one): 8 bytes more, and the pid flagged */
+        const size_t n = K + (pid_ns ? 8 : 0);
+        std::vector<uint8_t> k(n, 0);
+        pid |= pid_ns ? (1u << 31) : 0;
         memcpy(&k[0], &type, 4);
         memset(&k[OFFSET], id, sizeof(CUipcMemHandle));
         memcpy(&k[K - 40], &pid, 4);
         memcpy(&k[K - 32], &base, 8);
         memcpy(&k[K - 24], &size, 8);
         memset(&k[K - 16], 0x5a, 16);
+        if (pid_ns) {
+            memcpy(&k[K], &pid_ns, 8);
+        }
         return k;
     }
 
@@ -1646,13 +1654,14 @@ TEST_F(cuda_ipc_cache, a_new_handle_over_freed_memory_closes_the_old_one)
     ASSERT_EQ(UCS_OK, get(key(1), &map));
     m_ops->put(map);
     EXPECT_EQ(0, s_ipc.total_closes);
-    m_ops->prepare(key(2).data(), K, OFFSET);
+    span_chunk_geom_t g = geom();
+    m_ops->prepare(key(2).data(), K, OFFSET, &g);
     EXPECT_EQ(1, s_ipc.total_closes);
     /* another peer's allocation at that address is not stale */
     ASSERT_EQ(UCS_OK, get(key(3), &map));
     m_ops->put(map);
     m_ops->prepare(key(4, 0x7f0000000000, 1024 * 1024, 1, 4343).data(), K,
-                   OFFSET);
+                   OFFSET, &g);
     EXPECT_EQ(1, s_ipc.total_closes);
 }
 
@@ -1692,6 +1701,27 @@ TEST_F(cuda_ipc_cache, keys_it_cannot_trust_are_left_to_cuda_ipc)
     EXPECT_EQ(1, s_ipc.total_opens);
     EXPECT_EQ(0, drv.retained);
     EXPECT_EQ(NULL, drv.current);
+}
+
+/* A key of an exporter in another PID namespace carries it: read as such,
+ * and its allocation is another than the same pid's of the initial one */
+TEST_F(cuda_ipc_cache, a_key_with_a_pid_namespace_is_read_at_its_place)
+{
+    /* an allocation whose base's low half reads as an unflagged pid */
+    const uint64_t base = 0x7f0000001000;
+    span_chunk_geom_t g = geom(base);
+    std::vector<uint8_t> ns = key(1, base, 1024 * 1024, 1, 4242, 4026532000);
+    std::vector<uint8_t> plain = key(1, base);
+    span_vmm_map_t *a, *b;
+
+    ASSERT_EQ(UCS_OK, m_ops->get(ns.data(), ns.size(), OFFSET, &g, &a));
+    EXPECT_EQ(4242u, a->pid);
+    EXPECT_EQ(4026532000ull, a->pid_ns);
+    ASSERT_EQ(UCS_OK, m_ops->get(plain.data(), plain.size(), OFFSET, &g, &b));
+    EXPECT_NE(a, b);
+    EXPECT_EQ(0ull, b->pid_ns);
+    m_ops->put(a);
+    m_ops->put(b);
 }
 
 /* A thread without a context opens the handle on the device the

@@ -107,7 +107,7 @@ static ucs_status_t span_rkey_unpack_keys(span_rkey_t *rkey,
     ucs_status_t status;
 
     if (ipc != NULL) {
-        ipc->prepare(keys, desc->key_size, offset);
+        ipc->prepare(keys, desc->key_size, offset, &desc->geom);
     }
     status = span_rkey_unpack_inner(rkey, desc, keys, params);
     if ((status == UCS_OK) && (ipc != NULL) &&

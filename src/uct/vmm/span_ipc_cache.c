@@ -15,7 +15,8 @@
  *             bytes of padding, the allocation's base (64 bits), its size
  *             (64 bits), the device's UUID (16 bytes): K bytes in all
  *   K - 48    the same, where the pid has bit 31: the PID namespace
- *             (64 bits) ends the key
+ *             (64 bits) ends the key (read first: without a namespace,
+ *             K - 48 is the low half of cuda_ipc's buffer id)
  * The bytes before the pid (the handle and cuda_ipc's buffer id) and the
  * pid tell one allocation of one process from another.
  */
@@ -111,9 +112,11 @@ static uint64_t span_ipc_u64(const uint8_t *p)
     return v;
 }
 
-/* Reads the key with the pid at tail bytes from its end */
+/* Reads the key with the pid at tail bytes from its end: whether it reads
+ * so, an allocation that holds the span rkey's extent (geom) */
 static int span_ipc_key_read(const uint8_t *key, size_t key_size,
-                             size_t tail, size_t offset, span_ipc_key_t *ik)
+                             size_t tail, size_t offset,
+                             const span_chunk_geom_t *geom, span_ipc_key_t *ik)
 {
     const uint8_t *pid = key + key_size - tail;
 
@@ -128,26 +131,36 @@ static int span_ipc_key_read(const uint8_t *key, size_t key_size,
         return 0;
     }
     ik->pid &= ~SPAN_IPC_PID_NS_FLAG;
-    return (ik->size > 0) && (ik->base + ik->size > ik->base);
+    return (ik->base + ik->size > ik->base) && (geom->base >= ik->base) &&
+           (geom->length <= ik->size) &&
+           (geom->base - ik->base <= ik->size - geom->length);
 }
 
-/* The legacy handle a cuda_ipc key of this release carries; UCS_ERR_
- * UNSUPPORTED where it carries none or span cannot tell where */
+/* The legacy handle a cuda_ipc key of this release carries, and the
+ * allocation, which must hold the span rkey's extent (geom): the key is
+ * read with a PID namespace (its pid flagged), then without (where a
+ * namespace is, the base's low half reads as an unflagged pid);
+ * UCS_ERR_UNSUPPORTED where it carries no legacy handle or reads neither
+ * way. The driver has the last word (span_ipc_entry_open) */
 static ucs_status_t span_ipc_key_parse(const uint8_t *key, size_t key_size,
-                                       size_t offset, span_ipc_key_t *ik)
+                                       size_t offset,
+                                       const span_chunk_geom_t *geom,
+                                       span_ipc_key_t *ik)
 {
     if ((offset == 0) ||
         (key_size < offset + sizeof(CUipcMemHandle) + SPAN_IPC_TAIL + 8) ||
         (span_ipc_u32(key) != SPAN_IPC_HANDLE_LEGACY)) {
         return UCS_ERR_UNSUPPORTED;
     }
-    if (span_ipc_key_read(key, key_size, SPAN_IPC_TAIL, offset, ik) ||
-        span_ipc_key_read(key, key_size, SPAN_IPC_TAIL + 8, offset, ik)) {
+    if (span_ipc_key_read(key, key_size, SPAN_IPC_TAIL + 8, offset, geom,
+                          ik) ||
+        span_ipc_key_read(key, key_size, SPAN_IPC_TAIL, offset, geom, ik)) {
         return UCS_OK;
     }
     ucs_debug("span ipc cache: a %zu-byte cuda_ipc key of a legacy handle "
-              "is not laid out as this UCX lays it (handle at byte %zu)",
-              key_size, offset);
+              "(at byte %zu) names no allocation that holds the extent "
+              "[0x%" PRIx64 ", +%" PRIu64 ")", key_size, offset, geom->base,
+              geom->length);
     return UCS_ERR_UNSUPPORTED;
 }
 
@@ -415,12 +428,13 @@ static ucs_status_t span_ipc_entry_new(const span_ipc_key_t *ik,
 }
 
 static void span_ipc_cache_prepare(const uint8_t *key, size_t key_size,
-                                   size_t offset)
+                                   size_t offset,
+                                   const span_chunk_geom_t *geom)
 {
     UCS_LIST_HEAD(dropped);
     span_ipc_key_t ik;
 
-    if (span_ipc_key_parse(key, key_size, offset, &ik) != UCS_OK) {
+    if (span_ipc_key_parse(key, key_size, offset, geom, &ik) != UCS_OK) {
         return;
     }
     pthread_mutex_lock(&span_ipc_cache_lock);
@@ -439,17 +453,9 @@ static ucs_status_t span_ipc_cache_get(const uint8_t *key, size_t key_size,
     span_ipc_key_t ik;
     ucs_status_t status;
 
-    status = span_ipc_key_parse(key, key_size, offset, &ik);
+    status = span_ipc_key_parse(key, key_size, offset, geom, &ik);
     if (status != UCS_OK) {
         return status;
-    }
-    if ((geom->base < ik.base) ||
-        (geom->base + geom->length > ik.base + ik.size)) {
-        ucs_debug("span ipc cache: the extent [0x%" PRIx64 ", +%" PRIu64
-                  ") is not in the allocation [0x%" PRIx64 ", +%" PRIu64
-                  ") of its cuda_ipc key", geom->base, geom->length,
-                  ik.base, ik.size);
-        return UCS_ERR_UNSUPPORTED;
     }
 
     pthread_mutex_lock(&span_ipc_cache_lock);

@@ -43,10 +43,11 @@
 /* The cache's calls (span_vendor_ipc_cache: CUDA builds only) */
 typedef struct span_ipc_cache_ops {
     /* Drops the unused mappings that a cuda_ipc key of key_size bytes,
-     * its legacy handle at byte offset (0: none is read), makes stale:
-     * called before the key's inner unpack, which may open its handle */
+     * its legacy handle at byte offset (0: none is read), of the span
+     * rkey's extent geom, makes stale: called before the key's inner
+     * unpack, which may open its handle */
     void         (*prepare)(const uint8_t *key, size_t key_size,
-                            size_t offset);
+                            size_t offset, const span_chunk_geom_t *geom);
     /* The mapping of the allocation such a key names, holding the extent
      * of geom, with one more reference; UCS_ERR_UNSUPPORTED (logged at
      * debug) where the key is no legacy handle span can read or open */

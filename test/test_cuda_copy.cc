@@ -1665,6 +1665,40 @@ TEST_F(cuda_ipc_cache, a_new_handle_over_freed_memory_closes_the_old_one)
     EXPECT_EQ(1, s_ipc.total_closes);
 }
 
+/* The peer freed memory an rkey still names and allocated anew over it:
+ * the old mapping is revoked (its ops go to cuda_ipc, as natively) and
+ * closed before cuda_ipc opens the new handle, or, while copies through
+ * it run, once they ran; the rkey's release closes nothing twice */
+TEST_F(cuda_ipc_cache, memory_freed_while_an_rkey_names_it_is_revoked)
+{
+    span_chunk_geom_t g = geom();
+    span_vmm_map_t *old, *busy_old, *fresh;
+    ordered_comp c;
+
+    ASSERT_EQ(UCS_OK, get(key(1), &old));
+    m_ops->prepare(key(2).data(), K, OFFSET, &g);
+    EXPECT_TRUE(old->revoked);
+    EXPECT_EQ(1, s_ipc.total_closes) << "closed before cuda_ipc's open";
+    init(&c, 0);
+    EXPECT_EQ(UCS_ERR_UNSUPPORTED, put_through(old, 0, 64, &c.super));
+    ASSERT_EQ(UCS_OK, get(key(2), &fresh));
+    EXPECT_NE(old, fresh);
+    m_ops->put(old);
+    EXPECT_EQ(1, s_ipc.total_closes);
+
+    /* again, with a copy through the old mapping in flight */
+    ASSERT_EQ(UCS_OK, put_through(fresh, 0, 64, &c.super) == UCS_INPROGRESS ?
+                      UCS_OK : UCS_ERR_IO_ERROR);
+    busy_old = fresh;
+    m_ops->prepare(key(3).data(), K, OFFSET, &g);
+    EXPECT_TRUE(busy_old->revoked);
+    EXPECT_EQ(1, s_ipc.total_closes) << "closed under a running copy";
+    complete_all();
+    EXPECT_EQ(UCS_OK, s_order.back().second);
+    m_ops->put(busy_old); /* no copy runs now: closed and freed */
+    EXPECT_EQ(2, s_ipc.total_closes);
+}
+
 /* Keys span does not read, or whose handle the driver does not open as
  * they claim, are left to cuda_ipc: nothing stays open */
 TEST_F(cuda_ipc_cache, keys_it_cannot_trust_are_left_to_cuda_ipc)

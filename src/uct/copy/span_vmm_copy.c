@@ -452,6 +452,11 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
     if (copies == 0) {
         return UCS_OK;
     }
+    if (ucs_unlikely(map->ipc &&
+                     __atomic_load_n(&map->revoked, __ATOMIC_ACQUIRE))) {
+        return UCS_ERR_UNSUPPORTED; /* freed by the peer: the inner
+                                     * transport serves it, as natively */
+    }
     first = span_vmm_copy_first(iov);
     known = span_vmm_copy_local_known(copy, map, first, &op);
     if (!known) {

@@ -45,7 +45,9 @@ void span_vmm_copy_destroy(span_vmm_copy_t *copy);
 /* Queues the copies of every iov element to or from remote, an address in
  * map (contiguous, element after element); UCS_INPROGRESS, comp (may be
  * NULL) completed from span_vmm_copy_progress. UCS_OK where nothing moves;
- * an error where nothing was queued. Where a copy is refused (logged) after
+ * an error where nothing was queued (UCS_ERR_UNSUPPORTED: a legacy IPC
+ * handle's map that this device or a revoked map cannot serve, which the
+ * caller hands to the inner transport). Where a copy is refused (logged) after
  * others were queued, the op still owns its buffers until they ran: comp
  * completes then with the error, or without comp the post waits for them
  * and returns it */

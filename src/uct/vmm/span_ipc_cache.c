@@ -66,6 +66,7 @@ typedef struct span_ipc_entry {
     unsigned        refcount;  /* rkeys that use it */
     unsigned        forks;     /* span_ipc_cache_forks when opened */
     int             self;      /* this process's own memory: not opened */
+    int             closed;    /* its handle was closed (revoked, below) */
     CUdeviceptr     mapped;    /* the allocation's first byte here */
     uint64_t        ext_base;  /* the extent mapped, in the exporter */
     uint64_t        ext_length;
@@ -209,15 +210,22 @@ static int span_ipc_entry_idle(const span_ipc_entry_t *entry)
             (__atomic_load_n(&entry->map.busy, __ATOMIC_ACQUIRE) == 0));
 }
 
-static void span_ipc_entry_close(span_ipc_entry_t *entry)
+/* Closes the handle, once (a child's inherited mapping is not its own) */
+static void span_ipc_entry_unmap(span_ipc_entry_t *entry)
 {
-    if (!entry->self && span_ipc_entry_owned(entry)) {
+    if (!entry->self && !entry->closed && span_ipc_entry_owned(entry)) {
         if (span_libcuda_primary_push(entry->map.device) == CUDA_SUCCESS) {
             (void)SPAN_CUDA_CALL_LOG_ERR(cuIpcCloseMemHandle, entry->mapped);
             span_libcuda_primary_pop(entry->map.device);
         }
         span_libcuda_primary_release(entry->map.device); /* the open's */
     }
+    entry->closed = 1;
+}
+
+static void span_ipc_entry_close(span_ipc_entry_t *entry)
+{
+    span_ipc_entry_unmap(entry);
     ucs_debug("span ipc cache: %s the %" PRIu64 "-byte allocation of "
               "process %u", span_ipc_entry_owned(entry) ? "closed" :
               "forgot the parent's mapping of", entry->alloc_size,
@@ -243,9 +251,38 @@ static void span_ipc_close_dropped(ucs_list_link_t *dropped)
     }
 }
 
+/* Under the lock: what a key of ik (NULL: none) tells of entry. An
+ * unused entry of the parent's, of memory the peer freed (stale beside ik)
+ * or revoked is dropped; one still in use is revoked: no op copies
+ * through it any more (the inner transport serves its rkeys, as natively),
+ * and its handle is closed here once no copy through it runs, before
+ * cuda_ipc opens the new handle. Whether entry is still in the cache */
+static int span_ipc_entry_sweep(span_ipc_entry_t *entry,
+                                const span_ipc_key_t *ik,
+                                ucs_list_link_t *dropped)
+{
+    int stale = (ik != NULL) && span_ipc_entry_stale(entry, ik);
+
+    if (span_ipc_entry_idle(entry) &&
+        (!span_ipc_entry_owned(entry) || stale || entry->map.revoked)) {
+        span_ipc_entry_drop(entry, dropped);
+        return 0;
+    }
+    if (stale && span_ipc_entry_owned(entry)) {
+        __atomic_store_n(&entry->map.revoked, 1, __ATOMIC_SEQ_CST);
+    }
+    if (entry->map.revoked && !entry->closed &&
+        (__atomic_load_n(&entry->map.busy, __ATOMIC_SEQ_CST) == 0)) {
+        ucs_debug("span ipc cache: the %" PRIu64 "-byte allocation of "
+                  "process %u was freed while an rkey names it: closed",
+                  entry->alloc_size, entry->map.pid);
+        span_ipc_entry_unmap(entry);
+    }
+    return 1;
+}
+
 /* Under the lock: the entry of ik mapping the extent of geom (NULL: none
- * wanted) with one more reference, or NULL; unused entries of the
- * parent's, or stale beside ik, are dropped */
+ * wanted) with one more reference, or NULL; every entry swept */
 static span_ipc_entry_t *span_ipc_cache_lookup(const span_ipc_key_t *ik,
                                                const span_chunk_geom_t *geom,
                                                ucs_list_link_t *dropped)
@@ -253,15 +290,11 @@ static span_ipc_entry_t *span_ipc_cache_lookup(const span_ipc_key_t *ik,
     span_ipc_entry_t *entry, *tmp, *found = NULL;
 
     ucs_list_for_each_safe(entry, tmp, &span_ipc_cache, list) {
-        if (span_ipc_entry_idle(entry) &&
-            (!span_ipc_entry_owned(entry) ||
-             span_ipc_entry_stale(entry, ik))) {
-            span_ipc_entry_drop(entry, dropped);
-        } else if ((found == NULL) && (geom != NULL) &&
-                   span_ipc_entry_owned(entry) &&
-                   span_ipc_entry_is(entry, ik) &&
-                   (entry->ext_base == geom->base) &&
-                   (entry->ext_length == geom->length)) {
+        if (span_ipc_entry_sweep(entry, ik, dropped) && (found == NULL) &&
+            (geom != NULL) && span_ipc_entry_owned(entry) &&
+            !entry->map.revoked && span_ipc_entry_is(entry, ik) &&
+            (entry->ext_base == geom->base) &&
+            (entry->ext_length == geom->length)) {
             found = entry;
         }
     }
@@ -488,7 +521,10 @@ static void span_ipc_cache_put(span_vmm_map_t *map)
         /* most recently used last */
         ucs_list_del(&entry->list);
         ucs_list_add_tail(&span_ipc_cache, &entry->list);
-        if (++span_ipc_cache_idle > SPAN_IPC_CACHE_IDLE) {
+        ++span_ipc_cache_idle;
+        if (!span_ipc_entry_sweep(entry, NULL, &dropped)) {
+            /* revoked, and no copy through it runs */
+        } else if (span_ipc_cache_idle > SPAN_IPC_CACHE_IDLE) {
             ucs_list_for_each(lru, &span_ipc_cache, list) {
                 if (span_ipc_entry_idle(lru)) {
                     span_ipc_entry_drop(lru, &dropped);
@@ -508,7 +544,8 @@ static void span_ipc_cache_purge(void)
 
     pthread_mutex_lock(&span_ipc_cache_lock);
     ucs_list_for_each_safe(entry, tmp, &span_ipc_cache, list) {
-        if (span_ipc_entry_idle(entry)) {
+        if (span_ipc_entry_sweep(entry, NULL, &dropped) &&
+            span_ipc_entry_idle(entry)) {
             span_ipc_entry_drop(entry, &dropped);
         }
     }

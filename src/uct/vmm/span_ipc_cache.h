@@ -21,11 +21,14 @@
  * Mappings are shared by every rkey of the same allocation and kept when
  * unused, up to SPAN_IPC_CACHE_IDLE, least recently used dropped first;
  * none is closed while the engine has copies through it queued
- * (span_vmm_map_t.busy). A key of an allocation that overlaps an unused
- * mapping of the same peer under another handle (the peer freed that
- * memory and allocated anew) drops that mapping first: a driver that
- * still had the old handle open could refuse cuda_ipc's open of the new
- * one. A child forked after opens never uses nor closes its parent's
+ * (span_vmm_map_t.busy). A key of an allocation that overlaps a mapping
+ * of the same peer under another handle (the peer freed that memory and
+ * allocated anew) closes that mapping first, as cuda_ipc's cache does
+ * (a driver that still had the old handle open could refuse cuda_ipc's
+ * open of the new one, which cuda_ipc makes fatal): an unused one is
+ * dropped; one an rkey still names is revoked (its ops go to the inner
+ * transport, as natively) and closed at once, or once the copies through
+ * it ran. A child forked after opens never uses nor closes its parent's
  * mappings. Thread safe.
  */
 #ifndef SPAN_IPC_CACHE_H_

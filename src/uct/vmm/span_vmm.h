@@ -83,6 +83,10 @@ typedef struct span_vmm_map {
     /* a legacy IPC handle's (span_ipc_cache.h): no device but its own
      * copies through it (others go to the inner transport) */
     int      ipc;
+    /* of a legacy IPC handle: the peer freed the memory (a new handle
+     * overlaps it) while an rkey still names it; no op copies through it
+     * (read atomically: the cache sets it under its lock) */
+    int      revoked;
     /* ops queued through it that have not completed: the engine counts
      * them (atomically: engines of several ifaces share a mapping), and a
      * cache closes no mapping while they run */

@@ -34,8 +34,9 @@
 #     (SPAN_MATRIX_FROM="2 3": only the pairs from those initiator GPUs);
 #  K. many small blocks (KV-cache pages), GPU 0->0 and 0->1: one transfer
 #     of 4096 blocks (fewer of 256 KiB and 1 MiB) posted before one flush,
-#     cudaMalloc native and twin, VMM twin with and without batches, bytes
-#     checked; then ucx_perftest -m cuda put_bw and get at those sizes
+#     cudaMalloc native and twin, VMM twin with and without batches, and
+#     the put as one UCP SGL put (UCX 1.22 and later), bytes checked; then
+#     ucx_perftest -m cuda put_bw and get at those sizes
 #     (SPAN_BLOCKS_PAIRS="0:1": those pairs only; SPAN_BLOCKS_SIZES: those
 #     block sizes only; SPAN_BLOCKS_TABLE=n: perftest only;
 #     SPAN_BLOCKS_PERFTEST=n: no perftest);
@@ -488,8 +489,8 @@ done
 part K && {
 echo
 echo "## K. Many small blocks (KV-cache pages): one transfer of COUNT blocks, every other block of the region, posted before one flush; GB/s, median of $runs fresh pairs (5 transfers each)"
-echo '| GPUs | block | count | put: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | get: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | bytes wrong | posting, us/op of put (get): cudaMalloc native, VMM twin |'
-echo '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
+echo '| GPUs | block | count | put: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | get: cudaMalloc native | cudaMalloc twin | VMM twin | VMM twin, no batches | VMM twin / native | one UCP SGL put: cudaMalloc native | cudaMalloc twin | VMM twin | bytes wrong | posting, us/op of put (get): cudaMalloc native, VMM twin |'
+echo '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 pairs="0:0"; [ "$ngpus" -ge 2 ] && pairs="0:0 0:1"
 [ "${SPAN_BLOCKS_TABLE:-y}" = y ] || pairs= SPAN_BLOCKS_PAIRS=
 for pr in ${SPAN_BLOCKS_PAIRS-$pairs}; do
@@ -498,7 +499,7 @@ for pr in ${SPAN_BLOCKS_PAIRS-$pairs}; do
         declare -A col=(); bad=0
         for cfg in nm:1:0:$native: tm:1:0:$twin: tv:3:64:$twin: tn:3:64:$twin:0; do
             IFS=: read -r name kind handles tls batch <<< "$cfg"
-            p=() g=() pp=() pg=()
+            p=() g=() pp=() pg=() sg=()
             for ((r = 0; r < runs; r++)); do
                 out=$(env SPAN_GPU_DEVICE=${pr%:*} \
                       SPAN_PAIR_TARGET_GPU=${pr#*:} \
@@ -509,7 +510,8 @@ for pr in ${SPAN_BLOCKS_PAIRS-$pairs}; do
                       grep '^BLOCKS') || { rc=1; tail -3 "$tmp/span_blocks.err"; }
                 p+=("$(echo "$out" | awk '{print $8}')")
                 g+=("$(echo "$out" | awk '{print $13}')")
-                bad=$((bad + $(echo "$out" | awk '{print $18 + $19}')))
+                bad=$((bad + $(echo "$out" | awk '{print $18 + $19 + $28}')))
+                sg+=("$(echo "$out" | awk '{print $25}')")
                 pp+=("$(echo "$out" | awk '{print $21}')")
                 pg+=("$(echo "$out" | awk '{print $22}')")
             done
@@ -517,9 +519,12 @@ for pr in ${SPAN_BLOCKS_PAIRS-$pairs}; do
             col[${name}g]=$(printf '%s\n' "${g[@]}" | median)
             col[${name}pp]=$(printf '%s\n' "${pp[@]}" | median)
             col[${name}pg]=$(printf '%s\n' "${pg[@]}" | median)
+            # -1: UCP failed the SGL put (1.22 has none over cuda_ipc)
+            col[${name}s]=$(printf '%s\n' "${sg[@]}" | median |
+                            awk '{print ($1 < 0) ? "fails" : $1}')
         done
         r() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", (b > 0) ? a / b : 0}'; }
-        echo "| ${pr%:*} -> ${pr#*:} | $block | $count | ${col[nmp]} | ${col[tmp]} | ${col[tvp]} | ${col[tnp]} | $(r "${col[tvp]}" "${col[nmp]}") | ${col[nmg]} | ${col[tmg]} | ${col[tvg]} | ${col[tng]} | $(r "${col[tvg]}" "${col[nmg]}") | $bad | ${col[nmpp]} (${col[nmpg]}), ${col[tvpp]} (${col[tvpg]}) |"
+        echo "| ${pr%:*} -> ${pr#*:} | $block | $count | ${col[nmp]} | ${col[tmp]} | ${col[tvp]} | ${col[tnp]} | $(r "${col[tvp]}" "${col[nmp]}") | ${col[nmg]} | ${col[tmg]} | ${col[tvg]} | ${col[tng]} | $(r "${col[tvg]}" "${col[nmg]}") | ${col[nms]} | ${col[tms]} | ${col[tvs]} | $bad | ${col[nmpp]} (${col[nmpg]}), ${col[tvpp]} (${col[tvpg]}) |"
         [ "$bad" -eq 0 ] || rc=1
     done
 done

@@ -20,7 +20,8 @@
  *                        of BLOCK bytes each, every other block of a
  *                        region of that kind, posted before one flush;
  *                        GB/s and ops/s, medians of ITERS, every byte
- *                        checked once
+ *                        checked once; then the put as one UCP SGL put
+ *                        (-1 GB/s where UCP fails it)
  *   copy HANDLES MIB ITERS
  *                        the ceiling of the above without UCX: device copies
  *                        in one process between cudaMalloc buffers and into
@@ -338,6 +339,26 @@ static double span_bench_blocks_run(span_pair_t *pair,
     return span_stats_now() - start;
 }
 
+/* Seconds of the same put as one UCP SGL put (NIXL_UCX_SGL_ENABLE=1 posts
+ * its WRITEs so), or -1 where it failed (UCP 1.22 has no SGL over cuda_ipc
+ * itself: the request is canceled) */
+static double span_bench_sgl_run(span_pair_t *pair,
+                                 span_pair_region_t *region, void *local,
+                                 size_t block, size_t count)
+{
+    double start = span_stats_now();
+    ucs_status_t status;
+
+    status = span_pair_rma_sgl(pair, region, 0, local, block, 2 * block,
+                               count, 0, 0);
+    if (status != UCS_OK) {
+        fprintf(stderr, "SGL put of %zu blocks failed: %s\n", count,
+                ucs_status_string(status));
+        return -1;
+    }
+    return span_stats_now() - start;
+}
+
 /* Mismatches of the blocks the puts wrote (the local pattern of seed 7)
  * and of the gaps between them (the region's own, seed 1) */
 static size_t span_bench_blocks_check_put(span_pair_t *pair,
@@ -379,6 +400,8 @@ static int span_bench_blocks(unsigned kind, unsigned handles, size_t block,
     size_t len = 2 * block * count, bad_put, bad_get;
     double t_put[SPAN_BENCH_MAX_RUNS], t_get[SPAN_BENCH_MAX_RUNS], mp, mg;
     double p_put[SPAN_BENCH_MAX_RUNS], p_get[SPAN_BENCH_MAX_RUNS], post;
+    double t_sgl[SPAN_BENCH_MAX_RUNS], ms;
+    size_t bad_sgl = 0;
     span_pair_region_t region;
     span_gpu_buf_t local;
     span_pair_t pair = {0};
@@ -416,23 +439,34 @@ static int span_bench_blocks(unsigned kind, unsigned handles, size_t block,
     span_pair_refill(&pair, &region, 1);
     span_bench_blocks_run(&pair, &region, local.ptr, block, count, 1, &post);
     bad_get = span_bench_blocks_check_get(local.ptr, block, count);
+    /* and as one SGL put, its bytes checked once the same way */
+    span_pair_refill(&pair, &region, 1);
+    ms = span_bench_sgl_run(&pair, &region, local.ptr, block, count);
+    if (ms > 0) {
+        bad_sgl = span_bench_blocks_check_put(&pair, &region, block, count);
+    }
     for (i = 0; i < iters; ++i) {
         t_put[i] = span_bench_blocks_run(&pair, &region, local.ptr, block,
                                          count, 0, &p_put[i]);
         t_get[i] = span_bench_blocks_run(&pair, &region, local.ptr, block,
                                          count, 1, &p_get[i]);
+        t_sgl[i] = (ms > 0) ? span_bench_sgl_run(&pair, &region, local.ptr,
+                                                 block, count) : -1;
     }
     mp = span_stats_median(t_put, iters);
     mg = span_stats_median(t_get, iters);
+    ms = (ms > 0) ? span_stats_median(t_sgl, iters) : -1;
     /* post: CPU time per op of the posts (UCP and the transport), of the
      * op's whole time per op */
     printf("BLOCKS %s %u %zu %zu %s put %.2f GB/s %.0f ops/s get %.2f GB/s "
-           "%.0f ops/s bad %zu %zu post %.3f %.3f us/op\n",
+           "%.0f ops/s bad %zu %zu post %.3f %.3f us/op sgl %.2f GB/s bad "
+           "%zu\n",
            span_gpu_kind_names[kind], handles, block, count, tls,
            block * count / mp / 1e9, count / mp, block * count / mg / 1e9,
            count / mg, bad_put, bad_get,
            span_stats_median(p_put, iters) * 1e6 / count,
-           span_stats_median(p_get, iters) * 1e6 / count);
+           span_stats_median(p_get, iters) * 1e6 / count,
+           (ms > 0) ? block * count / ms / 1e9 : -1.0, bad_sgl);
     span_pair_unmap(&pair, &region);
     ucp_mem_unmap(pair.context, pair.local_memh);
     span_gpu_free(&local);

@@ -392,6 +392,40 @@ protected:
         return b;
     }
 
+    struct access {
+        size_t off, len;
+    };
+
+    /* Accesses of each length that end delta bytes below (delta < 0) or
+     * start delta bytes past every boundary, inside the buffer */
+    std::vector<access> boundary_accesses(std::initializer_list<int> deltas,
+                                          std::initializer_list<size_t> lens)
+            const
+    {
+        std::vector<access> accesses;
+        for (size_t b : boundaries()) {
+            for (int delta : deltas) {
+                for (size_t len : lens) {
+                    size_t off = b + delta - (delta < 0 ? len : 0);
+                    if ((off + len <= size) && (off <= size)) {
+                        accesses.push_back({off, len});
+                    }
+                }
+            }
+        }
+        return accesses;
+    }
+
+    /* A new pattern of seed in the remote buffer and in local's first len
+     * bytes */
+    void fill_access(uint8_t seed, std::vector<uint8_t> &local, size_t len)
+    {
+        fill_remote(seed);
+        for (size_t i = 0; i < len; ++i) {
+            local[i] = uint8_t(i * 31 + seed + 1);
+        }
+    }
+
     /* The inner registrations [p, p + size) needs */
     unsigned num_chunks(const void *p) const
     {

@@ -31,61 +31,52 @@ TEST_P(span_uct_chunked, ops_at_every_boundary)
     uint8_t seed = 0;
 
     ASSERT_GE(boundaries().size(), 8u);
-    for (size_t b : boundaries()) {
-        for (int delta : {-9, -1, 0, 1, 9}) {
-            for (size_t len : {size_t(1), size_t(8), size_t(100), overlap}) {
-                size_t off = b + delta - (delta < 0 ? len : 0);
-                if ((off + len > size) || (off > size)) {
-                    continue;
-                }
-                fill_remote(++seed);
-                for (size_t i = 0; i < len; ++i) {
-                    local[i] = uint8_t(i * 31 + seed + 1);
-                }
-                std::vector<uint8_t> expect = remote;
-                ucs_status_t st;
-                log_counter logs;
-                if (zcopy) {
-                    uct_iov_t iov = {local.data(), len, lmemh, 0, 1};
-                    completion c;
-                    wait(uct_ep_put_zcopy(ep, &iov, 1, raddr(off), rkey.rkey,
-                                          &c.super), c);
-                    st = c.super.status;
-                } else {
-                    pack_arg arg = {local.data(), len};
-                    ssize_t r = uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(off),
-                                                 rkey.rkey);
-                    st = (r < 0) ? ucs_status_t(r) : UCS_OK;
-                }
-                if (!zcopy && crosses_unit(off, len)) {
-                    /* self packs in place: the bytes may be there already */
-                    EXPECT_EQ(UCS_ERR_UNSUPPORTED, st) << len << " at " << off;
-                    EXPECT_EQ(1u, logs.count("crosses a chunk or unit end"));
-                    ++refused;
-                    continue;
-                }
-                ASSERT_EQ(UCS_OK, st) << "put " << len << " at " << off;
-                ASSERT_EQ(0u, logs.count());
-                std::copy(local.begin(), local.begin() + len,
-                          expect.begin() + off);
-                ASSERT_TRUE(expect == remote) << "put " << len << " at " << off;
-
-                std::fill(back.begin(), back.end(), 0);
-                completion c;
-                if (zcopy) {
-                    uct_iov_t biov = {back.data(), len, bmemh, 0, 1};
-                    st = uct_ep_get_zcopy(ep, &biov, 1, raddr(off), rkey.rkey,
-                                          &c.super);
-                } else {
-                    st = uct_ep_get_bcopy(ep, unpack_cb, back.data(), len,
-                                          raddr(off), rkey.rkey, &c.super);
-                }
-                wait(st, c);
-                ASSERT_EQ(0, memcmp(back.data(), local.data(), len))
-                        << "get " << len << " at " << off;
-                ++checked;
-            }
+    for (const access &a : boundary_accesses({-9, -1, 0, 1, 9},
+                                             {1, 8, 100, overlap})) {
+        const size_t off = a.off, len = a.len;
+        fill_access(++seed, local, len);
+        std::vector<uint8_t> expect = remote;
+        ucs_status_t st;
+        log_counter logs;
+        if (zcopy) {
+            uct_iov_t iov = {local.data(), len, lmemh, 0, 1};
+            completion c;
+            wait(uct_ep_put_zcopy(ep, &iov, 1, raddr(off), rkey.rkey,
+                                  &c.super), c);
+            st = c.super.status;
+        } else {
+            pack_arg arg = {local.data(), len};
+            ssize_t r = uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(off),
+                                         rkey.rkey);
+            st = (r < 0) ? ucs_status_t(r) : UCS_OK;
         }
+        if (!zcopy && crosses_unit(off, len)) {
+            /* self packs in place: the bytes may be there already */
+            EXPECT_EQ(UCS_ERR_UNSUPPORTED, st) << len << " at " << off;
+            EXPECT_EQ(1u, logs.count("crosses a chunk or unit end"));
+            ++refused;
+            continue;
+        }
+        ASSERT_EQ(UCS_OK, st) << "put " << len << " at " << off;
+        ASSERT_EQ(0u, logs.count());
+        std::copy(local.begin(), local.begin() + len,
+                  expect.begin() + off);
+        ASSERT_TRUE(expect == remote) << "put " << len << " at " << off;
+
+        std::fill(back.begin(), back.end(), 0);
+        completion c;
+        if (zcopy) {
+            uct_iov_t biov = {back.data(), len, bmemh, 0, 1};
+            st = uct_ep_get_zcopy(ep, &biov, 1, raddr(off), rkey.rkey,
+                                  &c.super);
+        } else {
+            st = uct_ep_get_bcopy(ep, unpack_cb, back.data(), len,
+                                  raddr(off), rkey.rkey, &c.super);
+        }
+        wait(st, c);
+        ASSERT_EQ(0, memcmp(back.data(), local.data(), len))
+                << "get " << len << " at " << off;
+        ++checked;
     }
     EXPECT_GT(checked, 100u);
     if (!zcopy) {
@@ -110,46 +101,36 @@ TEST_P(span_uct_chunked, bounced_short_and_bcopy_ops_are_split)
     unsigned checked = 0;
     uint8_t seed     = 0;
 
-    for (size_t b : boundaries()) {
-        for (int delta : {-9, 0, 9}) {
-            for (size_t len : {size_t(8), size_t(iface_attr.cap.put.max_short),
-                               local.size()}) {
-                size_t off = b + delta - (delta < 0 ? len : 0);
-                if ((off + len > size) || (off > size)) {
-                    continue;
-                }
-                fill_remote(++seed);
-                for (size_t i = 0; i < len; ++i) {
-                    local[i] = uint8_t(i * 31 + seed + 1);
-                }
-                std::vector<uint8_t> expect = remote;
-                log_counter logs;
-                if (len <= iface_attr.cap.put.max_short) {
-                    ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, local.data(), len,
-                                                       raddr(off), rkey.rkey))
-                            << len << " at " << off;
-                } else {
-                    pack_arg arg = {local.data(), len};
-                    ASSERT_EQ(ssize_t(len),
-                              uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(off),
-                                               rkey.rkey))
-                            << len << " at " << off;
-                }
-                flush();
-                std::copy(local.begin(), local.begin() + len,
-                          expect.begin() + off);
-                ASSERT_TRUE(expect == remote) << "put " << len << " at " << off;
-
-                std::fill(back.begin(), back.end(), 0);
-                completion c;
-                wait(uct_ep_get_bcopy(ep, unpack_cb, back.data(), len,
-                                      raddr(off), rkey.rkey, &c.super), c);
-                ASSERT_EQ(0, memcmp(back.data(), local.data(), len))
-                        << "get " << len << " at " << off;
-                ASSERT_EQ(0u, logs.count());
-                ++checked;
-            }
+    for (const access &a : boundary_accesses(
+                 {-9, 0, 9}, {8, iface_attr.cap.put.max_short, local.size()})) {
+        const size_t off = a.off, len = a.len;
+        fill_access(++seed, local, len);
+        std::vector<uint8_t> expect = remote;
+        log_counter logs;
+        if (len <= iface_attr.cap.put.max_short) {
+            ASSERT_EQ(UCS_OK, uct_ep_put_short(ep, local.data(), len,
+                                               raddr(off), rkey.rkey))
+                    << len << " at " << off;
+        } else {
+            pack_arg arg = {local.data(), len};
+            ASSERT_EQ(ssize_t(len),
+                      uct_ep_put_bcopy(ep, pack_cb, &arg, raddr(off),
+                                       rkey.rkey))
+                    << len << " at " << off;
         }
+        flush();
+        std::copy(local.begin(), local.begin() + len,
+                  expect.begin() + off);
+        ASSERT_TRUE(expect == remote) << "put " << len << " at " << off;
+
+        std::fill(back.begin(), back.end(), 0);
+        completion c;
+        wait(uct_ep_get_bcopy(ep, unpack_cb, back.data(), len,
+                              raddr(off), rkey.rkey, &c.super), c);
+        ASSERT_EQ(0, memcmp(back.data(), local.data(), len))
+                << "get " << len << " at " << off;
+        ASSERT_EQ(0u, logs.count());
+        ++checked;
     }
     EXPECT_GT(checked, 20u);
 

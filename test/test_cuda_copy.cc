@@ -870,18 +870,22 @@ TEST_F(cuda_copy_burst, a_progress_thread_leaves_a_burst_to_its_poster)
     m_params.burst_gap = 1000000000ull; /* 1 s: the burst never pauses */
     ASSERT_NO_FATAL_FAILURE(recreate());
     ASSERT_NO_FATAL_FAILURE(post_each(c, 3, 64));
-    /* the first op went alone; the two gathered stay while it posts */
-    EXPECT_EQ(1u, progress_elsewhere());
+    /* the first op went alone and ran; while its poster posts, another
+     * thread neither completes it nor queues the two gathered */
+    EXPECT_EQ(0u, progress_elsewhere());
     EXPECT_EQ(0, drv.launches);
+    EXPECT_TRUE(s_order.empty());
     for (int i = 3; i < 6; ++i) {
         init(&c[i], i);
         ASSERT_EQ(UCS_INPROGRESS, put(i * 64, 64, &c[i].super));
     }
     EXPECT_EQ(1, drv.launches); /* ops 1 to 4: a full batch */
-    EXPECT_EQ(4u, progress_elsewhere());
+    EXPECT_EQ(0u, progress_elsewhere());
     EXPECT_EQ(1, drv.launches); /* op 5 still gathered */
-    /* the poster's own progress ends the burst */
-    EXPECT_EQ(0u, span_vmm_copy_progress(m_copy));
+    EXPECT_TRUE(s_order.empty());
+    /* the poster's own progress ends the burst: it completes the ops that
+     * ran and queues op 5 */
+    EXPECT_EQ(5u, span_vmm_copy_progress(m_copy));
     EXPECT_EQ(2, drv.launches);
     ASSERT_NO_FATAL_FAILURE(complete_all());
     expect_in_order(6, 64);
@@ -898,6 +902,22 @@ TEST_F(cuda_copy_burst, a_pause_of_the_poster_ends_its_burst)
     EXPECT_EQ(1u, progress_elsewhere());
     EXPECT_EQ(1, drv.launches);
     EXPECT_EQ(2u, progress_elsewhere());
+    expect_in_order(3, 64);
+}
+
+TEST_F(cuda_copy_burst, destroy_by_another_thread_during_a_burst_completes_it)
+{
+    ordered_comp c[3];
+
+    m_params.burst_gap = 1000000000ull; /* 1 s: the burst never pauses */
+    ASSERT_NO_FATAL_FAILURE(recreate());
+    ASSERT_NO_FATAL_FAILURE(post_each(c, 3, 64));
+    /* an iface closed by another thread than the poster's: its progress
+     * would leave the burst alone, its end may not */
+    std::thread([&] {
+        span_vmm_copy_destroy(m_copy);
+    }).join();
+    m_copy = NULL;
     expect_in_order(3, 64);
 }
 

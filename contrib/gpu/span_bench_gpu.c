@@ -439,7 +439,9 @@ static int span_bench_blocks(unsigned kind, unsigned handles, size_t block,
     span_pair_refill(&pair, &region, 1);
     span_bench_blocks_run(&pair, &region, local.ptr, block, count, 1, &post);
     bad_get = span_bench_blocks_check_get(local.ptr, block, count);
-    /* and as one SGL put, its bytes checked once the same way */
+    /* and as one SGL put, its bytes checked once the same way (the gets
+     * wrote the region's pattern over the local blocks) */
+    span_gpu_copy(local.ptr, pattern, len);
     span_pair_refill(&pair, &region, 1);
     ms = span_bench_sgl_run(&pair, &region, local.ptr, block, count);
     if (ms > 0) {

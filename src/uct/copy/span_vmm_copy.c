@@ -534,12 +534,15 @@ static void span_vmm_copy_complete(span_vmm_copy_desc_t *desc,
     }
 }
 
-/* Whether the burst the batch being filled gathers has ended, for a
- * progress: the thread that posted its last op progresses (it
- * posts no more meanwhile), or it posted nothing for burst_gap. A
+/* Whether the last burst of batched ops has ended, for a progress: the
+ * thread that posted its last op progresses (it posts no more meanwhile),
+ * or it posted nothing for burst_gap. Until then a progress by another
+ * thread leaves the engine alone: it neither completes nor queues. A
  * progress thread that queued the gathered ops whenever the device was
  * idle cut NIXL's 4096 pages of 16 KiB into 7511 launches of 5.4 ops (one
- * H200): its progress ran between every few posts */
+ * H200): its progress ran between every few posts; one that only asked
+ * the device and completed ops during the burst held UCP's worker lock,
+ * and the engine's state, that each of the poster's ops needs */
 static int span_vmm_copy_burst_ended(const span_vmm_copy_t *copy)
 {
     return (copy->burst_gap == 0) ||
@@ -547,7 +550,9 @@ static int span_vmm_copy_burst_ended(const span_vmm_copy_t *copy)
            (span_vmm_copy_now() - copy->posted_at >= copy->burst_gap);
 }
 
-unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
+/* Completes the ops and flushes whose copies ran, and queues the ops
+ * gathered once the device has room */
+static unsigned span_vmm_copy_reap(span_vmm_copy_t *copy)
 {
     span_vmm_copy_desc_t *desc;
     span_vmm_copy_flush_t *flush;
@@ -577,10 +582,8 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
         ucs_list_add_tail(&copy->pool[desc->batch][desc->device],
                           &desc->list);
     }
-    /* the ops gathered while the device was busy go once it has room and
-     * their burst ended */
-    if ((copy->pending != NULL) && (copy->in_flight < SPAN_VMM_COPY_DEPTH) &&
-        span_vmm_copy_burst_ended(copy)) {
+    /* the ops gathered while the device was busy go once it has room */
+    if ((copy->pending != NULL) && (copy->in_flight < SPAN_VMM_COPY_DEPTH)) {
         span_vmm_copy_submit(copy);
     }
     while (!ucs_list_is_empty(&copy->flushes)) {
@@ -593,6 +596,14 @@ unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
         free(flush);
     }
     return count;
+}
+
+unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
+{
+    if (!span_vmm_copy_burst_ended(copy)) {
+        return 0; /* its end, or its poster, completes what ran */
+    }
+    return span_vmm_copy_reap(copy);
 }
 
 int span_vmm_copy_busy(const span_vmm_copy_t *copy)
@@ -619,7 +630,7 @@ static void span_vmm_copy_wait_all(span_vmm_copy_t *copy)
 static void span_vmm_copy_drain(span_vmm_copy_t *copy)
 {
     span_vmm_copy_wait_all(copy);
-    span_vmm_copy_progress(copy);
+    span_vmm_copy_reap(copy);
 }
 
 ucs_status_t span_vmm_copy_flush(span_vmm_copy_t *copy,

@@ -57,7 +57,10 @@ ucs_status_t span_vmm_copy_post(span_vmm_copy_t *copy, span_vmm_map_t *map,
                                 uct_completion_t *comp);
 
 /* Completes the ops whose copies ran, in order, then queues the batch
- * being filled where the device has room; the count of ops completed */
+ * being filled where the device has room; the count of ops completed.
+ * While another thread posts a burst (until it pauses for the burst gap)
+ * it does nothing: that thread's progress, or the first after the pause,
+ * does it, and the poster's ops meet no other thread in the engine */
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy);
 
 /* For a fence: queues what was gathered and waits until the device ran

@@ -85,11 +85,11 @@ ucs_config_field_t span_md_config_table[] = {
     {"COPY_BURST_GAP", "20us",
      "While one thread posts a burst of the device copies span batches, a\n"
      "progress by another thread (a progress thread, as NIXL's) queues what\n"
-     "was gathered only once the posting thread has posted nothing for this\n"
-     "long; a progress by the posting thread itself, a full batch, a flush\n"
-     "and a fence queue it at once. The burst then goes in a few large\n"
-     "launches, not a launch per few ops. At most 1s; 0: any progress\n"
-     "queues it.",
+     "was gathered, and completes what ran, only once the posting thread has\n"
+     "posted nothing for this long; a progress by the posting thread itself,\n"
+     "a full batch, a flush and a fence queue it at once. The burst then\n"
+     "goes in a few large launches, not a launch per few ops. At most 1s;\n"
+     "0: any progress queues it.",
      ucs_offsetof(span_md_config_t, copy_burst_gap), UCS_CONFIG_TYPE_TIME},
 
     {"COPY_KERNEL_MAX", "1m",

@@ -36,6 +36,7 @@ extern "C" {
 #include <deque>
 #include <string>
 #include <map>
+#include <mutex>
 #include <vector>
 
 namespace {
@@ -919,6 +920,52 @@ TEST_F(cuda_copy_burst, destroy_by_another_thread_during_a_burst_completes_it)
     }).join();
     m_copy = NULL;
     expect_in_order(3, 64);
+}
+
+/* NIXL's pattern: a thread progresses (and here runs the device) without
+ * pause beside the one that posts, the two serialized by one lock, as
+ * UCP's worker lock serializes them; the burst gap is the default */
+TEST_F(cuda_copy_burst, a_spinning_progress_thread_loses_and_reorders_nothing)
+{
+    const int n = 256;
+    std::vector<ordered_comp> c(n);
+    std::atomic<bool> stop(false);
+    std::mutex lock;
+    int posted = 0;
+
+    m_params.burst_gap = 20000; /* 20 us */
+    ASSERT_NO_FATAL_FAILURE(recreate());
+    std::thread progress([&] {
+        while (!stop) {
+            std::lock_guard<std::mutex> guard(lock);
+            fake_run();
+            span_vmm_copy_progress(m_copy);
+        }
+    });
+    for (; posted < n; ++posted) {
+        std::lock_guard<std::mutex> guard(lock);
+        init(&c[posted], posted);
+        if (put(posted * 64, 64, &c[posted].super) != UCS_INPROGRESS) {
+            break;
+        }
+    }
+    /* the poster waits as NIXL's does: progressing itself */
+    for (int i = 0; i < 1000; ++i) {
+        std::lock_guard<std::mutex> guard(lock);
+        if (!span_vmm_copy_busy(m_copy)) {
+            break;
+        }
+        span_vmm_copy_flush(m_copy, NULL);
+        fake_run();
+        span_vmm_copy_progress(m_copy);
+    }
+    stop = true;
+    progress.join();
+    EXPECT_EQ(n, posted);
+    EXPECT_FALSE(span_vmm_copy_busy(m_copy));
+    expect_in_order(n, 64);
+    /* batched: the first op alone, the rest at most a launch per op */
+    EXPECT_GT(drv.launches, 0);
 }
 
 TEST_F(cuda_copy_burst, without_a_gap_any_progress_queues_the_gathered_ops)

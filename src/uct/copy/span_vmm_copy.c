@@ -600,6 +600,9 @@ static unsigned span_vmm_copy_reap(span_vmm_copy_t *copy)
 
 unsigned span_vmm_copy_progress(span_vmm_copy_t *copy)
 {
+    if (!span_vmm_copy_busy(copy)) {
+        return 0; /* every op completed, so every flush: nothing to ask */
+    }
     if (!span_vmm_copy_burst_ended(copy)) {
         return 0; /* its end, or its poster, completes what ran */
     }
@@ -676,7 +679,7 @@ static void span_vmm_copy_log_stats(const span_vmm_copy_t *copy)
     }
     ucs_info("span %s copy %p: %" PRIu64 " ops: %" PRIu64 " alone, %"
              PRIu64 " in %" PRIu64 " batches (%.1f per batch); %" PRIu64
-             " progress calls, %.1f ms queueing batches",
+             " progress calls with ops queued, %.1f ms queueing batches",
              copy->ops->name, copy, copy->posted, copy->stats.alone,
              copy->stats.batched, copy->stats.batches,
              copy->stats.batches ? (double)copy->stats.batched /
